@@ -1,0 +1,27 @@
+/* The HTTP API server: libmicrohttpd, a static route table, auth, limits. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "store/store.h"
+
+/* How the server listens and what it bounds. Strings are borrowed for the server's life. */
+struct api_config {
+    const char *listen;          /* "HOST:PORT", "[v6]:PORT" or NULL for none */
+    const char *socket_path;     /* unix socket path or NULL for none */
+    uint64_t body_limit;         /* largest request body in bytes (413 past it) */
+    unsigned max_connections;    /* concurrent connections */
+    unsigned conn_timeout_s;     /* idle connection timeout */
+    unsigned shutdown_timeout_s; /* how long a stop waits for in-flight requests */
+};
+
+typedef struct api api_t;
+
+/* Bind the sockets and start serving. */
+api_t *api_start(const struct api_config *cfg, store_t *store, err_t *err);
+/* The TCP port actually bound (useful with port 0), or 0 when not listening on TCP. */
+unsigned api_tcp_port(const api_t *api);
+/* Stop accepting, let in-flight requests finish (bounded), then free everything. */
+void api_stop(api_t *api);

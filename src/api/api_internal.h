@@ -1,0 +1,116 @@
+/* Shared by the API's own files: the request, the route table and the reply helpers. */
+#pragma once
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "api.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "route.h"
+#include "store/store.h"
+
+#define API_MAX_URL  8192
+#define API_RID_SIZE 40
+
+typedef struct api_req api_req_t;
+
+/* A handler: reply through api_reply_* and return 0, or return -1 with err set. */
+typedef int (*api_handler_fn)(api_req_t *r, err_t *err);
+
+enum route_flags {
+    ROUTE_AUTH = 0,        /* a valid token is required (the default) */
+    ROUTE_PUBLIC = 1 << 0, /* no token needed */
+    ROUTE_ADMIN = 1 << 1,  /* only admins */
+};
+
+/* One row of the static route table. */
+struct route {
+    const char *method;
+    const char *pattern;
+    api_handler_fn handler;
+    unsigned flags;
+    const char *summary;
+};
+
+extern const struct route api_routes[];
+extern const size_t api_routes_count;
+
+/*
+ * Find the route for method and path. NULL if none; then *path_known tells whether the
+ * path exists with another method (405) or not at all (404).
+ */
+const struct route *api_route_find(const char *method, const char *path, size_t len,
+                                   struct route_params *params, bool *path_known);
+
+struct api {
+    struct api_config cfg;
+    store_t *store;
+    struct MHD_Daemon *tcp;
+    struct MHD_Daemon *unix_sock;
+    int tcp_fd, unix_fd;
+    unsigned tcp_port;
+    atomic_int inflight;
+    atomic_bool draining; /* refuse new requests */
+    atomic_bool stopping; /* in-flight streams should end now */
+};
+
+/* One HTTP request, from its first byte to its completion. */
+struct api_req {
+    api_t *api;
+    struct MHD_Connection *conn;
+    const char *method;
+    char *path;
+    const struct route *route;
+    struct route_params params;
+    buf_t body;
+    bool too_large;
+    uint64_t drained; /* bytes of a refused body read and dropped */
+    bool authed;
+    user_t user;
+    token_info_t token;
+    char rid[API_RID_SIZE];
+    double t0;
+    unsigned status;
+    struct MHD_Response *resp;
+};
+
+/* The route parameter name as a new string, or NULL if the route has none. */
+char *api_param(const api_req_t *r, const char *name);
+/* A query argument (borrowed, NUL-terminated) or NULL. */
+const char *api_query(const api_req_t *r, const char *name);
+/* A request header (borrowed) or NULL. */
+const char *api_header(const api_req_t *r, const char *name);
+/*
+ * The body as a JSON object (new reference). An empty body is {} when allow_empty,
+ * else an error.
+ */
+int api_body_object(api_req_t *r, bool allow_empty, json_t **out, err_t *err);
+
+/* Reply with status and a JSON value (the reference is stolen). */
+void api_reply_json(api_req_t *r, unsigned status, json_t *body);
+/* Reply with status and bytes of a content type (copied). */
+void api_reply_bytes(api_req_t *r, unsigned status, const char *type, const void *data,
+                     size_t len);
+/* Reply with the JSON error for err (kind → status, internal details logged, not sent). */
+void api_reply_error(api_req_t *r, const err_t *err);
+/* The HTTP status for an error kind: the one place that maps them. */
+unsigned api_status_for(err_kind_t kind);
+
+/* Authenticate the request's bearer token; fills r->user and r->token. */
+int api_authenticate(api_req_t *r, err_t *err);
+
+/* The embedded OpenAPI document. */
+extern const char api_openapi_json[];
+extern const unsigned long api_openapi_json_len;
+
+/* Handlers. */
+int h_healthz(api_req_t *r, err_t *err);
+int h_readyz(api_req_t *r, err_t *err);
+int h_openapi(api_req_t *r, err_t *err);
+int h_token_create(api_req_t *r, err_t *err);
+int h_token_list(api_req_t *r, err_t *err);
+int h_token_delete(api_req_t *r, err_t *err);
+int h_me(api_req_t *r, err_t *err);

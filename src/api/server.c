@@ -1,0 +1,389 @@
+/* libmicrohttpd glue: sockets, the per-request state machine, limits, logging. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "api_internal.h"
+#include "common/cleanup.h"
+#include "common/id.h"
+#include "common/log.h"
+#include "common/util.h"
+
+/* Split "host:port" / "[v6]:port" into its parts. */
+static int split_host_port(const char *spec, char *host, size_t hsize, char *port, size_t psize,
+                           err_t *err)
+{
+    const char *colon;
+    if (spec[0] == '[') {
+        const char *close = strchr(spec, ']');
+        if (!close || close[1] != ':')
+            return err_set(err, ERR_INVALID, 0, "invalid_listen", "bad listen address '%s'", spec);
+        snprintf(host, hsize, "%.*s", (int)(close - spec - 1), spec + 1);
+        colon = close + 1;
+    } else {
+        colon = strrchr(spec, ':');
+        if (!colon)
+            return err_set(err, ERR_INVALID, 0, "invalid_listen",
+                           "listen address '%s' needs HOST:PORT", spec);
+        snprintf(host, hsize, "%.*s", (int)(colon - spec), spec);
+    }
+    snprintf(port, psize, "%s", colon + 1);
+    return 0;
+}
+
+static int listen_tcp(const char *spec, unsigned *bound_port, err_t *err)
+{
+    char host[256], port[16];
+    if (split_host_port(spec, host, sizeof(host), port, sizeof(port), err) < 0)
+        return -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (rc != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_listen", "listen address '%s': %s", spec,
+                       gai_strerror(rc));
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        freeaddrinfo(res);
+        return err_sys(err, "socket");
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 512) < 0) {
+        err_sys(err, "listen on %s", spec);
+        freeaddrinfo(res);
+        close(fd);
+        return -1;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+/* True if something accepts connections on the unix socket at path. */
+static bool unix_socket_live(const struct sockaddr_un *addr)
+{
+    int fd _cleanup_close_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return fd >= 0 && connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0;
+}
+
+static int listen_unix(const char *path, err_t *err)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(addr.sun_path))
+        return err_set(err, ERR_INVALID, 0, "invalid_socket", "socket path too long: %s", path);
+    strcpy(addr.sun_path, path);
+    _cleanup_free_ char *dir = xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (!mkdir_p(dir, 0755))
+            return err_sys(err, "create socket directory %s", dir);
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return err_set(err, ERR_CONFLICT, 0, "socket_in_use",
+                           "%s exists and is not a socket", path);
+        if (unix_socket_live(&addr))
+            return err_set(err, ERR_CONFLICT, 0, "socket_in_use",
+                           "another daemon is serving %s", path);
+        unlink(path); /* stale socket of a daemon that died */
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return err_sys(err, "socket");
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || chmod(path, 0660) < 0 ||
+        listen(fd, 512) < 0) {
+        err_sys(err, "listen on %s", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool rid_acceptable(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= API_RID_SIZE)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+static api_req_t *req_new(api_t *api, struct MHD_Connection *conn, const char *url,
+                          const char *method)
+{
+    api_req_t *r = xcalloc(1, sizeof(*r));
+    r->api = api;
+    r->conn = conn;
+    r->method = method;
+    r->path = xstrndup(url, API_MAX_URL + 1);
+    r->t0 = now_mono_ms();
+    const char *given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+    if (given && rid_acceptable(given))
+        snprintf(r->rid, sizeof(r->rid), "%s", given);
+    else if (!id_random_hex(r->rid, 8))
+        snprintf(r->rid, sizeof(r->rid), "%08lx", (unsigned long)r->t0);
+    atomic_fetch_add(&api->inflight, 1);
+    return r;
+}
+
+static void req_free(api_req_t *r)
+{
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    buf_free(&r->body);
+    free(r->path);
+    free(r);
+}
+
+/* Drain at most this much of a refused body before closing the connection instead. */
+#define API_MAX_DRAIN (64ull << 20)
+
+static void too_large_error(api_req_t *r, err_t *err)
+{
+    err_set(err, ERR_TOO_LARGE, 0, "body_too_large",
+            "the request body is larger than the limit of %llu bytes",
+            (unsigned long long)r->api->cfg.body_limit);
+}
+
+static bool declared_too_large(api_req_t *r)
+{
+    const char *cl = api_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    uint64_t n;
+    return cl && parse_size(cl, &n) && n > r->api->cfg.body_limit;
+}
+
+/* Checks that need only the request line and headers: route, auth, declared size. */
+static void on_headers(api_req_t *r)
+{
+    err_t err = {0};
+    bool known;
+    size_t len = strlen(r->path);
+    if (atomic_load(&r->api->draining)) {
+        err_set(&err, ERR_UNAVAILABLE, 0, "shutting_down", "the daemon is shutting down");
+    } else if (len > API_MAX_URL) {
+        err_set(&err, ERR_INVALID, 0, "uri_too_long", "the request path is longer than %d bytes",
+                API_MAX_URL);
+    } else if (!(r->route = api_route_find(r->method, r->path, len, &r->params, &known))) {
+        if (known)
+            err_set(&err, ERR_NOT_ALLOWED, 0, "method_not_allowed",
+                    "method %s is not allowed on this path", r->method);
+        else
+            err_set(&err, ERR_NOT_FOUND, 0, "route_not_found", "no route for %s", r->method);
+    } else if (!(r->route->flags & ROUTE_PUBLIC) && api_authenticate(r, &err) == 0 &&
+               (r->route->flags & ROUTE_ADMIN) && !r->user.is_admin) {
+        err_set(&err, ERR_FORBIDDEN, 0, "admin_only", "this route is for admins only");
+    }
+    if (err.kind == ERR_NONE && declared_too_large(r)) {
+        /*
+         * A client that waits for "100 Continue" gets the 413 before sending anything.
+         * Others are already sending: the body is drained (bounded) and then refused, so
+         * they read the 413 instead of a reset connection.
+         */
+        const char *expect = api_header(r, MHD_HTTP_HEADER_EXPECT);
+        if (expect && strcasecmp(expect, "100-continue") == 0)
+            too_large_error(r, &err);
+        else
+            r->too_large = true;
+    }
+    if (err.kind != ERR_NONE)
+        api_reply_error(r, &err);
+}
+
+static void run_handler(api_req_t *r)
+{
+    err_t err = {0};
+    if (r->too_large) {
+        too_large_error(r, &err);
+        api_reply_error(r, &err);
+        return;
+    }
+    if (r->route->handler(r, &err) < 0)
+        api_reply_error(r, &err);
+    else if (!r->resp)
+        api_reply_json(r, 204, NULL);
+}
+
+static enum MHD_Result queue(api_req_t *r)
+{
+    MHD_add_response_header(r->resp, "X-Request-Id", r->rid);
+    if (r->status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r->resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"sandboxer\"");
+    if (r->status == MHD_HTTP_METHOD_NOT_ALLOWED) {
+        /* A 405 must say which methods the path takes. */
+        buf_t allow = {0};
+        struct route_params p;
+        for (size_t i = 0; i < api_routes_count; i++)
+            if (route_pattern_match(api_routes[i].pattern, r->path, strlen(r->path), &p))
+                buf_printf(&allow, "%s%s", allow.len ? ", " : "", api_routes[i].method);
+        MHD_add_response_header(r->resp, MHD_HTTP_HEADER_ALLOW, allow.data ? allow.data : "");
+        buf_free(&allow);
+    }
+    return MHD_queue_response(r->conn, r->status, r->resp);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    (void)version;
+    api_t *api = cls;
+    api_req_t *r = *req_cls;
+    if (!r) {
+        r = *req_cls = req_new(api, conn, url, method);
+        log_set_request_id(r->rid);
+        on_headers(r);
+        if (r->resp)
+            return queue(r);
+        return MHD_YES;
+    }
+    log_set_request_id(r->rid);
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->too_large || r->body.len + n > r->api->cfg.body_limit) {
+            r->too_large = true;
+            buf_free(&r->body);
+            r->drained += n;
+            /* Past the drain bound the client gets no answer: the connection closes. */
+            return r->drained > r->api->cfg.body_limit + API_MAX_DRAIN ? MHD_NO : MHD_YES;
+        }
+        buf_append(&r->body, upload_data, n);
+        return MHD_YES;
+    }
+    if (r->resp) /* replied early; MHD calls once more after discarding the body */
+        return MHD_YES;
+    run_handler(r);
+    return queue(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    api_t *api = cls;
+    api_req_t *r = *req_cls;
+    if (!r)
+        return;
+    char qpath[512];
+    log_msg(r->status >= 500 ? LOG_ERROR : LOG_INFO, "http.request",
+            "method=%s path=%s status=%u ms=%.2f user=%s%s", r->method,
+            log_quote(qpath, sizeof(qpath), r->path), r->status, now_mono_ms() - r->t0,
+            r->authed ? r->user.name : "-",
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=true");
+    log_set_request_id(NULL);
+    req_free(r);
+    *req_cls = NULL;
+    atomic_fetch_sub(&api->inflight, 1);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512], q[600];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    log_warn("http.server", "msg=%s", log_quote(q, sizeof(q), msg));
+}
+
+static struct MHD_Daemon *start_daemon(api_t *api, int fd)
+{
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, api, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_CONNECTION_LIMIT, api->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        api->cfg.conn_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        api, MHD_OPTION_END);
+}
+
+api_t *api_start(const struct api_config *cfg, store_t *store, err_t *err)
+{
+    api_t *api = xcalloc(1, sizeof(*api));
+    api->cfg = *cfg;
+    api->store = store;
+    api->tcp_fd = api->unix_fd = -1;
+    if (cfg->listen && (api->tcp_fd = listen_tcp(cfg->listen, &api->tcp_port, err)) < 0)
+        goto fail;
+    if (cfg->socket_path && (api->unix_fd = listen_unix(cfg->socket_path, err)) < 0)
+        goto fail;
+    if (api->tcp_fd >= 0 && !(api->tcp = start_daemon(api, api->tcp_fd))) {
+        err_set(err, ERR_INTERNAL, 0, "internal", "cannot start the HTTP server on %s",
+                cfg->listen);
+        goto fail;
+    }
+    if (api->unix_fd >= 0 && !(api->unix_sock = start_daemon(api, api->unix_fd))) {
+        err_set(err, ERR_INTERNAL, 0, "internal", "cannot start the HTTP server on %s",
+                cfg->socket_path);
+        goto fail;
+    }
+    return api;
+fail:
+    if (api->tcp)
+        MHD_stop_daemon(api->tcp);
+    if (api->tcp_fd >= 0)
+        close(api->tcp_fd);
+    if (api->unix_fd >= 0) {
+        close(api->unix_fd);
+        unlink(cfg->socket_path);
+    }
+    free(api);
+    return NULL;
+}
+
+unsigned api_tcp_port(const api_t *api)
+{
+    return api->tcp_fd >= 0 ? api->tcp_port : 0;
+}
+
+void api_stop(api_t *api)
+{
+    /* New requests, even on kept-alive connections, get 503 from now on. */
+    atomic_store(&api->draining, true);
+    /* Stop accepting first: the listening sockets close, in-flight requests go on. */
+    if (api->tcp)
+        close(MHD_quiesce_daemon(api->tcp));
+    if (api->unix_sock) {
+        close(MHD_quiesce_daemon(api->unix_sock));
+        unlink(api->cfg.socket_path);
+    }
+    double deadline = now_mono_ms() + api->cfg.shutdown_timeout_s * 1000.0;
+    while (atomic_load(&api->inflight) > 0 && now_mono_ms() < deadline)
+        usleep(20 * 1000);
+    int left = atomic_load(&api->inflight);
+    if (left > 0)
+        log_warn("http.shutdown", "inflight=%d msg=\"shutdown timeout; ending them\"", left);
+    atomic_store(&api->stopping, true);
+    if (api->tcp)
+        MHD_stop_daemon(api->tcp);
+    if (api->unix_sock)
+        MHD_stop_daemon(api->unix_sock);
+    free(api);
+}

@@ -1,0 +1,155 @@
+"""Fixtures that run the real daemon on a temporary state dir and a free port."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import httpx
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("SANDBOXER_BIN", os.path.join(ROOT, "build", "sandboxer"))
+TOKEN_RE = re.compile(r"\bsbx_[0-9a-f]{64}\b")
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """One `sandboxer serve` process; start/stop can be repeated on the same state dir."""
+
+    def __init__(self, workdir, extra_args=()):
+        self.workdir = workdir
+        self.state_dir = os.path.join(workdir, "state")
+        self.socket = os.path.join(workdir, "api.sock")
+        self.extra_args = list(extra_args)
+        self.port = None
+        self.proc = None
+        self.stdout_path = None
+        self.stderr_path = None
+        self.starts = 0
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout=20):
+        self.port = free_port()
+        self.starts += 1
+        self.stdout_path = os.path.join(self.workdir, f"stdout.{self.starts}")
+        self.stderr_path = os.path.join(self.workdir, f"stderr.{self.starts}")
+        args = [BIN, "serve", "--listen", f"127.0.0.1:{self.port}", "--socket", self.socket,
+                "--state-dir", self.state_dir] + self.extra_args
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.log()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("daemon did not become healthy: " + self.log())
+
+    def stdout(self):
+        with open(self.stdout_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def log(self):
+        try:
+            with open(self.stderr_path, encoding="utf-8", errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if not self.proc or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.check_sanitizers()
+
+    def check_sanitizers(self):
+        """Under ASan/UBSan a report in any run's stderr fails the test."""
+        for n in range(1, self.starts + 1):
+            path = os.path.join(self.workdir, f"stderr.{n}")
+            if not os.path.exists(path):
+                continue
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            for marker in SANITIZER_MARKERS:
+                assert marker not in text, f"sanitizer report in daemon log:\n{text[-6000:]}"
+
+
+class Client:
+    """httpx with the base URL and a bearer token."""
+
+    def __init__(self, url, token=None):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.token = token
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=30)
+
+    def __getattr__(self, name):
+        return getattr(self.http, name)
+
+    def close(self):
+        self.http.close()
+
+
+@pytest.fixture
+def daemon():
+    """A fresh daemon on its own state dir; its admin token is in daemon.admin_token."""
+    with tempfile.TemporaryDirectory(prefix="sbx-test-") as workdir:
+        d = Daemon(workdir)
+        try:
+            d.start()
+            m = TOKEN_RE.search(d.stdout())
+            assert m, "first start must print the admin token"
+            d.admin_token = m.group(0)
+            yield d
+        finally:
+            d.kill()
+
+
+@pytest.fixture
+def admin(daemon):
+    c = Client(daemon.url, daemon.admin_token)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def make_user(daemon, admin):
+    """make_user("alice") → a Client authenticated as a new (non-admin) user."""
+    clients = []
+
+    def make(name):
+        r = admin.post("/auth/tokens", json={"user": name, "name": "test"})
+        assert r.status_code == 201, r.text
+        c = Client(daemon.url, r.json()["token"])
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()

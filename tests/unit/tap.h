@@ -1,0 +1,31 @@
+/* A minimal TAP producer for unit tests run by `meson test` (protocol: tap). */
+#pragma once
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int tap_n, tap_failed;
+
+#define ok(cond, ...)                                                                           \
+    do {                                                                                        \
+        tap_n++;                                                                                \
+        if (cond) {                                                                             \
+            printf("ok %d - ", tap_n);                                                          \
+        } else {                                                                                \
+            tap_failed++;                                                                       \
+            printf("not ok %d - ", tap_n);                                                      \
+        }                                                                                       \
+        printf(__VA_ARGS__);                                                                    \
+        printf("\n");                                                                           \
+        if (!(cond))                                                                            \
+            printf("#   failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);                     \
+    } while (0)
+
+#define is_str(a, b, ...) ok((a) && (b) && strcmp((a), (b)) == 0, __VA_ARGS__)
+
+static inline int tap_done(void)
+{
+    printf("1..%d\n", tap_n);
+    return tap_failed ? 1 : 0;
+}
