@@ -53,19 +53,18 @@ static const struct opt_def {
      offsetof(struct serve_opts, socket), "unix socket to serve HTTP on ('none' to disable)"},
     {"state-dir", "SANDBOXER_STATE_DIR", "/var/lib/sandboxer", OPT_STR,
      offsetof(struct serve_opts, state_dir), "where the database, images and sandboxes live"},
-    {"log-format", "SANDBOXER_LOG_FORMAT", "text", OPT_STR,
-     offsetof(struct serve_opts, log_format), "text (key=value) or json (one object a line)"},
+    {"log-format", "SANDBOXER_LOG_FORMAT", "text", OPT_STR, offsetof(struct serve_opts, log_format),
+     "text (key=value) or json (one object a line)"},
     {"log-level", "SANDBOXER_LOG_LEVEL", "info", OPT_STR, offsetof(struct serve_opts, log_level),
      "debug, info, warn or error"},
-    {"body-limit", "SANDBOXER_BODY_LIMIT", "16M", OPT_SIZE,
-     offsetof(struct serve_opts, body_limit), "largest request body (413 past it)"},
+    {"body-limit", "SANDBOXER_BODY_LIMIT", "16M", OPT_SIZE, offsetof(struct serve_opts, body_limit),
+     "largest request body (413 past it)"},
     {"max-connections", "SANDBOXER_MAX_CONNECTIONS", "1024", OPT_UINT,
      offsetof(struct serve_opts, max_connections), "concurrent HTTP connections"},
     {"conn-timeout", "SANDBOXER_CONN_TIMEOUT", "120", OPT_UINT,
      offsetof(struct serve_opts, conn_timeout), "seconds before an idle connection is closed"},
     {"shutdown-timeout", "SANDBOXER_SHUTDOWN_TIMEOUT", "10", OPT_UINT,
-     offsetof(struct serve_opts, shutdown_timeout),
-     "seconds a stop waits for in-flight requests"},
+     offsetof(struct serve_opts, shutdown_timeout), "seconds a stop waits for in-flight requests"},
 };
 
 static void usage(FILE *f)
@@ -76,8 +75,8 @@ static void usage(FILE *f)
                "sandboxes keep running.\n\nOptions (each also read from its environment "
                "variable):\n");
     for (size_t i = 0; i < ARRAY_SIZE(opt_defs); i++)
-        fprintf(f, "  --%-18s %s\n  %-20s [$%s, default %s]\n", opt_defs[i].flag,
-                opt_defs[i].help, "", opt_defs[i].env, opt_defs[i].def);
+        fprintf(f, "  --%-18s %s\n  %-20s [$%s, default %s]\n", opt_defs[i].flag, opt_defs[i].help,
+                "", opt_defs[i].env, opt_defs[i].def);
     fprintf(f, "  --%-18s %s\n", "help", "show this help");
 }
 
@@ -98,8 +97,8 @@ static int set_opt(struct serve_opts *o, const struct opt_def *d, const char *va
         return 0;
     case OPT_UINT:
         if (!parse_int(val, 1, 1000000, &ll))
-            return err_set(err, ERR_INVALID, 0, "invalid_option", "--%s: bad number '%s'",
-                           d->flag, val);
+            return err_set(err, ERR_INVALID, 0, "invalid_option", "--%s: bad number '%s'", d->flag,
+                           val);
         *(uint64_t *)dst = (uint64_t)ll;
         return 0;
     }
@@ -178,8 +177,7 @@ static int bootstrap_admin(store_t *store, err_t *err)
     if (store_user_create(store, "admin", true, &admin, err) < 0 ||
         store_token_insert(store, id, admin.id, "bootstrap", hash, NULL, err) < 0)
         return -1;
-    printf("Admin token (shown once; keep it, e.g. in ~/.config/sandboxer/token):\n%s\n",
-           secret);
+    printf("Admin token (shown once; keep it, e.g. in ~/.config/sandboxer/token):\n%s\n", secret);
     fflush(stdout);
     log_info("auth.bootstrap", "user=admin token_id=%s", id);
     return 0;

@@ -92,8 +92,7 @@ int api_body_object(api_req_t *r, bool allow_empty, json_t **out, err_t *err);
 /* Reply with status and a JSON value (the reference is stolen). */
 void api_reply_json(api_req_t *r, unsigned status, json_t *body);
 /* Reply with status and bytes of a content type (copied). */
-void api_reply_bytes(api_req_t *r, unsigned status, const char *type, const void *data,
-                     size_t len);
+void api_reply_bytes(api_req_t *r, unsigned status, const char *type, const void *data, size_t len);
 /* Reply with the JSON error for err (kind → status, internal details logged, not sent). */
 void api_reply_error(api_req_t *r, const err_t *err);
 /* The HTTP status for an error kind: the one place that maps them. */

@@ -14,8 +14,7 @@ static bool user_name_valid(const char *s)
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
-              c == '_'))
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_'))
             return false;
     }
     return true;
@@ -43,8 +42,7 @@ static const struct jfield token_create_fields[] = {
 };
 
 /* Decide whose token this is: the caller's own, or (admins only) any user's, made if new. */
-static int resolve_owner(api_req_t *r, const struct token_create_req *q, user_t *owner,
-                         err_t *err)
+static int resolve_owner(api_req_t *r, const struct token_create_req *q, user_t *owner, err_t *err)
 {
     if (!q->user || strcmp(q->user, r->user.name) == 0) {
         if (q->admin == 1 && !r->user.is_admin)
@@ -77,8 +75,7 @@ int h_token_create(api_req_t *r, err_t *err)
     json_t *body _cleanup_json_ = NULL;
     struct token_create_req q = {.admin = -1};
     if (api_body_object(r, true, &body, err) < 0 ||
-        json_decode_fields(body, token_create_fields, ARRAY_SIZE(token_create_fields), &q,
-                           err) < 0)
+        json_decode_fields(body, token_create_fields, ARRAY_SIZE(token_create_fields), &q, err) < 0)
         return -1;
     user_t owner;
     if (resolve_owner(r, &q, &owner, err) < 0)

@@ -47,8 +47,7 @@ static void set_response(api_req_t *r, unsigned status, struct MHD_Response *res
     r->status = status;
 }
 
-void api_reply_bytes(api_req_t *r, unsigned status, const char *type, const void *data,
-                     size_t len)
+void api_reply_bytes(api_req_t *r, unsigned status, const char *type, const void *data, size_t len)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
@@ -85,14 +84,12 @@ void api_reply_error(api_req_t *r, const err_t *err)
         char q[600];
         log_error("http.error", "kind=%s code=%s errno=%d msg=%s", err_kind_name(err->kind),
                   err->code, err->errnum, log_quote(q, sizeof(q), err->msg));
-        snprintf(detail, sizeof(detail), "internal error; the daemon's log has request %s",
-                 r->rid);
+        snprintf(detail, sizeof(detail), "internal error; the daemon's log has request %s", r->rid);
     } else {
         snprintf(detail, sizeof(detail), "%s", err->msg);
     }
-    json_t *body = json_pack("{s:o, s:s}", "detail",
-                             json_string_lossy(detail, strlen(detail)), "code",
-                             err->code[0] ? err->code : err_kind_name(err->kind));
+    json_t *body = json_pack("{s:o, s:s}", "detail", json_string_lossy(detail, strlen(detail)),
+                             "code", err->code[0] ? err->code : err_kind_name(err->kind));
     api_reply_json(r, status, body);
 }
 

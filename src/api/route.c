@@ -9,8 +9,8 @@ static size_t seg_len(const char *s, size_t n)
     return slash ? (size_t)(slash - s) : n;
 }
 
-static bool add_param(struct route_params *params, const char *name, size_t nlen,
-                      const char *value, size_t vlen)
+static bool add_param(struct route_params *params, const char *name, size_t nlen, const char *value,
+                      size_t vlen)
 {
     if (params->n >= ROUTE_MAX_PARAMS)
         return false;

@@ -98,11 +98,11 @@ static int listen_unix(const char *path, err_t *err)
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
-            return err_set(err, ERR_CONFLICT, 0, "socket_in_use",
-                           "%s exists and is not a socket", path);
+            return err_set(err, ERR_CONFLICT, 0, "socket_in_use", "%s exists and is not a socket",
+                           path);
         if (unix_socket_live(&addr))
-            return err_set(err, ERR_CONFLICT, 0, "socket_in_use",
-                           "another daemon is serving %s", path);
+            return err_set(err, ERR_CONFLICT, 0, "socket_in_use", "another daemon is serving %s",
+                           path);
         unlink(path); /* stale socket of a daemon that died */
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -246,9 +246,8 @@ static enum MHD_Result queue(api_req_t *r)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     (void)version;
     api_t *api = cls;
@@ -316,12 +315,12 @@ static struct MHD_Daemon *start_daemon(api_t *api, int fd)
 {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    return MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, api, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_CONNECTION_LIMIT, api->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        api->cfg.conn_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-        api, MHD_OPTION_END);
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_LISTEN_SOCKET, fd,
+                            MHD_OPTION_CONNECTION_LIMIT, api->cfg.max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, api->cfg.conn_timeout_s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, api, MHD_OPTION_END);
 }
 
 api_t *api_start(const struct api_config *cfg, store_t *store, err_t *err)

@@ -8,11 +8,13 @@ int json_parse_object(const char *body, size_t len, json_t **out, err_t *err)
 {
     json_error_t jerr;
     if (len == 0)
-        return err_set(err, ERR_INVALID, 0, "invalid_json", "request body is empty; expected a JSON object");
+        return err_set(err, ERR_INVALID, 0, "invalid_json",
+                       "request body is empty; expected a JSON object");
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!j)
-        return err_set(err, ERR_INVALID, 0, "invalid_json", "malformed JSON at line %d column %d: %s",
-                       jerr.line, jerr.column, jerr.text);
+        return err_set(err, ERR_INVALID, 0, "invalid_json",
+                       "malformed JSON at line %d column %d: %s", jerr.line, jerr.column,
+                       jerr.text);
     if (!json_is_object(j)) {
         json_decref(j);
         return err_set(err, ERR_INVALID, 0, "invalid_json", "request body must be a JSON object");
@@ -50,8 +52,8 @@ static int decode_one(const struct jfield *f, json_t *v, char *dst, err_t *err)
             break;
         size_t max = f->max_len ? f->max_len : 4096;
         if (json_string_length(v) > max)
-            return err_set(err, ERR_INVALID, 0, "invalid_field", "field '%s' is longer than %zu bytes",
-                           f->name, max);
+            return err_set(err, ERR_INVALID, 0, "invalid_field",
+                           "field '%s' is longer than %zu bytes", f->name, max);
         if (strlen(json_string_value(v)) != json_string_length(v))
             return err_set(err, ERR_INVALID, 0, "invalid_field", "field '%s' contains a NUL byte",
                            f->name);

@@ -98,8 +98,8 @@ bool parse_size(const char *s, uint64_t *out)
             const char *suffix;
             uint64_t mult;
         } units[] = {
-            {"k", 1ULL << 10},  {"kb", 1000},         {"kib", 1ULL << 10}, {"m", 1ULL << 20},
-            {"mb", 1000000},    {"mib", 1ULL << 20},  {"g", 1ULL << 30},   {"gb", 1000000000},
+            {"k", 1ULL << 10},   {"kb", 1000},        {"kib", 1ULL << 10}, {"m", 1ULL << 20},
+            {"mb", 1000000},     {"mib", 1ULL << 20}, {"g", 1ULL << 30},   {"gb", 1000000000},
             {"gib", 1ULL << 30}, {"t", 1ULL << 40},   {"tib", 1ULL << 40}, {"b", 1},
         };
         size_t i;

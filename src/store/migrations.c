@@ -70,6 +70,17 @@ const char *const store_migrations[] = {
     "  data TEXT NOT NULL DEFAULT '{}'"
     ");"
     "CREATE INDEX events_owner ON events(owner_id, id);",
+
+    /* 2: the image store. */
+    "CREATE TABLE images ("
+    "  ref TEXT PRIMARY KEY,"            /* normalised: docker.io/library/busybox:latest */
+    "  digest TEXT NOT NULL,"            /* manifest digest, sha256:... */
+    "  config TEXT NOT NULL,"            /* the OCI image config JSON */
+    "  layers TEXT NOT NULL,"            /* JSON array of layer diff_ids, bottom first */
+    "  size INTEGER NOT NULL DEFAULT 0," /* unpacked bytes */
+    "  created_at REAL NOT NULL,"
+    "  pulled_at REAL NOT NULL"
+    ");",
 };
 
 const int store_migrations_count = sizeof(store_migrations) / sizeof(store_migrations[0]);

@@ -49,8 +49,7 @@ int store_user_get_by_name(store_t *s, const char *name, user_t *out, err_t *err
 int store_token_insert(store_t *s, const char *id, int64_t user_id, const char *name,
                        const char *hash, token_info_t *out, err_t *err);
 /* Find the token whose hash matches and its user (ERR_UNAUTHORIZED if none). */
-int store_token_lookup(store_t *s, const char *hash, user_t *user, token_info_t *tok,
-                       err_t *err);
+int store_token_lookup(store_t *s, const char *hash, user_t *user, token_info_t *tok, err_t *err);
 /* Note that a token was used now (rate-limited to one write a minute per token). */
 void store_token_touch(store_t *s, const token_info_t *tok);
 /* List tokens of user_id (all users when user_id < 0) into a malloc'd array. */

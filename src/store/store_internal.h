@@ -29,8 +29,8 @@ static inline void store_unlockp(store_t **s)
     if (*s)
         pthread_mutex_unlock(&(*s)->lock);
 }
-#define STORE_LOCK(s)                                                                           \
-    pthread_mutex_lock(&(s)->lock);                                                             \
+#define STORE_LOCK(s)                                                                              \
+    pthread_mutex_lock(&(s)->lock);                                                                \
     __attribute__((cleanup(store_unlockp))) store_t *store_locked_ = (s)
 
 /* Prepare sql or set err (ERR_INTERNAL with SQLite's message). */

@@ -6,8 +6,7 @@
 #include "common/util.h"
 #include "store_internal.h"
 
-#define TOKEN_COLS                                                                              \
-    "t.id, t.user_id, u.name, t.name, t.created_at, coalesce(t.last_used_at, 0)"
+#define TOKEN_COLS "t.id, t.user_id, u.name, t.name, t.created_at, coalesce(t.last_used_at, 0)"
 
 static void read_token(sqlite3_stmt *st, int col, token_info_t *t)
 {
@@ -47,8 +46,7 @@ int store_token_insert(store_t *s, const char *id, int64_t user_id, const char *
     return 0;
 }
 
-int store_token_lookup(store_t *s, const char *hash, user_t *user, token_info_t *tok,
-                       err_t *err)
+int store_token_lookup(store_t *s, const char *hash, user_t *user, token_info_t *tok, err_t *err)
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;

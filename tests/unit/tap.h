@@ -7,19 +7,19 @@
 
 static int tap_n, tap_failed;
 
-#define ok(cond, ...)                                                                           \
-    do {                                                                                        \
-        tap_n++;                                                                                \
-        if (cond) {                                                                             \
-            printf("ok %d - ", tap_n);                                                          \
-        } else {                                                                                \
-            tap_failed++;                                                                       \
-            printf("not ok %d - ", tap_n);                                                      \
-        }                                                                                       \
-        printf(__VA_ARGS__);                                                                    \
-        printf("\n");                                                                           \
-        if (!(cond))                                                                            \
-            printf("#   failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);                     \
+#define ok(cond, ...)                                                                              \
+    do {                                                                                           \
+        tap_n++;                                                                                   \
+        if (cond) {                                                                                \
+            printf("ok %d - ", tap_n);                                                             \
+        } else {                                                                                   \
+            tap_failed++;                                                                          \
+            printf("not ok %d - ", tap_n);                                                         \
+        }                                                                                          \
+        printf(__VA_ARGS__);                                                                       \
+        printf("\n");                                                                              \
+        if (!(cond))                                                                               \
+            printf("#   failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
     } while (0)
 
 #define is_str(a, b, ...) ok((a) && (b) && strcmp((a), (b)) == 0, __VA_ARGS__)

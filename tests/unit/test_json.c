@@ -35,7 +35,6 @@ static int decode(const char *text, struct req *q, err_t *err)
     return rc;
 }
 
-
 int main(void)
 {
     struct req q;

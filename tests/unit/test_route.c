@@ -14,8 +14,8 @@ static bool match(const char *pattern, const char *path, struct route_params *p)
 static bool param_is(const struct route_params *p, size_t i, const char *name, const char *val)
 {
     return i < p->n && p->p[i].name_len == strlen(name) &&
-           memcmp(p->p[i].name, name, p->p[i].name_len) == 0 &&
-           p->p[i].value_len == strlen(val) && memcmp(p->p[i].value, val, p->p[i].value_len) == 0;
+           memcmp(p->p[i].name, name, p->p[i].name_len) == 0 && p->p[i].value_len == strlen(val) &&
+           memcmp(p->p[i].value, val, p->p[i].value_len) == 0;
 }
 
 static void test_patterns(void)

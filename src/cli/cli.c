@@ -1,0 +1,316 @@
+/*
+ * The command-line client: global options, the verb table, help, dispatch.
+ *
+ * To add a verb, write its handler in a cmd_<group>.c file, declare it in cli_internal.h and
+ * add a row to `verbs` below; parsing, --help, --json and error printing come from here.
+ */
+#include "cli.h"
+
+#include <curl/curl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_internal.h"
+#include "common/cleanup.h"
+#include "config.h"
+
+static const struct cli_verb verbs[] = {
+    {
+        .name = "serve",
+        .summary = "run the daemon; see `sandboxer serve --help`",
+        .synopsis = "[OPTIONS]",
+        .help = "Runs the daemon. It is not a client command: see `sandboxer serve --help`.\n",
+    },
+    {
+        .name = "version",
+        .run = cmd_version,
+        .summary = "print the client's and the server's versions",
+        .synopsis = "",
+        .help = "Prints `sandboxer <version>` and, when the daemon answers GET /healthz,\n"
+                "`server <version>`. An unreachable daemon is noted on stderr, not an error.\n"
+                "With --json: {\"client\": \"…\", \"server\": \"…\" or null}.\n",
+    },
+    {
+        .name = "whoami",
+        .run = cmd_whoami,
+        .summary = "show the user and the token in use",
+        .synopsis = "",
+        .help = "Prints the user the token belongs to, whether it is an admin, and the\n"
+                "token's id and name (GET /auth/me).\n",
+    },
+    {
+        .name = "token create",
+        .run = cmd_token_create,
+        .summary = "create an API token (shown once)",
+        .synopsis = "[--name NAME] [--user USER] [--admin] [--save]",
+        .help = "Creates an API token and prints only the secret on stdout, so that\n"
+                "`T=$(sandboxer token create)` captures it; a note goes to stderr. The secret\n"
+                "is shown once: the daemon keeps only its hash.\n"
+                "\n"
+                "Options:\n"
+                "  --name NAME   a label for the token, e.g. the machine it is for\n"
+                "  --user USER   (admins) a token for USER, who is created if new\n"
+                "  --admin       (admins) with --user: make the new user an admin\n"
+                "  --save        also write the token to the token file (mode 0600):\n"
+                "                $XDG_CONFIG_HOME/sandboxer/token or ~/.config/sandboxer/token\n",
+        .opts = "name=,user=,admin,save",
+    },
+    {
+        .name = "token ls",
+        .run = cmd_token_ls,
+        .summary = "list API tokens",
+        .synopsis = "[--user USER | --all]",
+        .help = "Lists your tokens: ID, NAME, USER, CREATED, LAST USED (local time).\n"
+                "\n"
+                "Options:\n"
+                "  --user USER   (admins) the tokens of USER\n"
+                "  --all         (admins) every user's tokens\n",
+        .opts = "user=,all",
+    },
+    {
+        .name = "token rm",
+        .run = cmd_token_rm,
+        .summary = "revoke API tokens",
+        .synopsis = "ID...",
+        .help = "Revokes each token by id (tok_…) and prints the ids revoked. Admins may\n"
+                "revoke anyone's token. A failure on one id does not stop the others; the\n"
+                "exit status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+};
+
+static const char overview_intro[] =
+    "Usage: sandboxer [OPTIONS] COMMAND [ARGS...]\n"
+    "\n"
+    "Sandboxer runs code in isolated Linux sandboxes made from OCI images, and can fork,\n"
+    "hibernate and wake them. This is its command-line client: it talks to the daemon's\n"
+    "HTTP API over a unix socket (by default) or TCP.\n"
+    "\n"
+    "Commands:\n";
+
+static const char overview_options[] =
+    "\n"
+    "Options (before the command; --json also after it):\n"
+    "  --url URL       talk to the daemon at URL (http[s]://HOST:PORT, or unix:/PATH)\n"
+    "  --socket PATH   the daemon's unix socket (default " CLIENT_DEFAULT_SOCKET ")\n"
+    "  --token TOKEN   the API token to send\n"
+    "  --json          print the server's JSON as it came, for scripts\n"
+    "  -h, --help      show this help (`sandboxer COMMAND --help` for a command)\n"
+    "  --version       print the client's version\n"
+    "\n"
+    "Environment:\n"
+    "  SANDBOXER_URL     like --url\n"
+    "  SANDBOXER_SOCKET  like --socket\n"
+    "  SANDBOXER_TOKEN   like --token\n"
+    "Options beat the environment. Without either, the token is the first line of\n"
+    "$XDG_CONFIG_HOME/sandboxer/token or ~/.config/sandboxer/token (`token create --save`).\n"
+    "\n"
+    "Exit status: 0 on success, 1 when the daemon reports an error or cannot be reached,\n"
+    "2 on a usage error.\n";
+
+static void print_overview(FILE *out)
+{
+    fputs(overview_intro, out);
+    for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
+        fprintf(out, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
+    fputs(overview_options, out);
+}
+
+static void print_usage(const struct cli_verb *v, FILE *out)
+{
+    fprintf(out, "Usage: sandboxer %s%s%s\n\n", v->name, *v->synopsis ? " " : "", v->synopsis);
+    fprintf(out, "%s", v->help);
+    if (v->run)
+        fputs("\nCommon options:\n"
+              "  --json        print the server's JSON as it came\n"
+              "  -h, --help    show this help\n",
+              out);
+}
+
+/* True if the verb's name is the first words of argv; *nwords says how many it took. */
+static bool name_matches(const char *name, int argc, char **argv, int *nwords)
+{
+    int n = 0;
+    while (*name) {
+        size_t len = strcspn(name, " ");
+        if (n >= argc || strlen(argv[n]) != len || strncmp(argv[n], name, len) != 0)
+            return false;
+        name += len + (name[len] == ' ');
+        n++;
+    }
+    *nwords = n;
+    return true;
+}
+
+static const struct cli_verb *find_verb(int argc, char **argv, int *nwords)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
+        if (name_matches(verbs[i].name, argc, argv, nwords))
+            return &verbs[i];
+    return NULL;
+}
+
+/* True if word names a group of verbs ("token" for "token create", …). */
+static bool is_group(const char *word)
+{
+    size_t len = strlen(word);
+    for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
+        if (strncmp(verbs[i].name, word, len) == 0 && verbs[i].name[len] == ' ')
+            return true;
+    return false;
+}
+
+static void print_group(const char *group, FILE *out)
+{
+    size_t len = strlen(group);
+    fprintf(out, "Usage: sandboxer %s COMMAND [ARGS...]\n\nCommands:\n", group);
+    for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
+        if (strncmp(verbs[i].name, group, len) == 0 && verbs[i].name[len] == ' ')
+            fprintf(out, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
+    fprintf(out, "\nRun 'sandboxer %s COMMAND --help' for a command's usage.\n", group);
+}
+
+/* `sandboxer token`, `sandboxer token --help`, `sandboxer token bogus`. */
+static int group_help(const char *group, const char *next, err_t *err)
+{
+    if (next && (strcmp(next, "--help") == 0 || strcmp(next, "-h") == 0)) {
+        print_group(group, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (next)
+        return cli_usage(err, "unknown command '%s %s'", group, next);
+    print_group(group, stderr);
+    return CLI_EXIT_USAGE;
+}
+
+/* `sandboxer help [COMMAND...]`. */
+static int help_verb(int argc, char **argv, err_t *err)
+{
+    int nwords = 0;
+    const struct cli_verb *v = argc > 0 ? find_verb(argc, argv, &nwords) : NULL;
+    if (argc == 0) {
+        print_overview(stdout);
+    } else if (v && nwords == argc) {
+        print_usage(v, stdout);
+    } else if (argc == 1 && is_group(argv[0])) {
+        print_group(argv[0], stdout);
+    } else {
+        return cli_usage(err, "no help for '%s'", argv[0]);
+    }
+    return CLI_EXIT_OK;
+}
+
+static int run_verb(cli_t *cli, const struct cli_verb *v, int argc, char **argv, err_t *err)
+{
+    _cleanup_args_ cli_args_t *args = NULL;
+    bool help = false;
+    cli->verb = v;
+    if (cli_args_parse(cli, v, argc, argv, &args, &help, err) < 0)
+        return -1;
+    if (help) {
+        print_usage(v, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (!v->run)
+        return cli_usage(err, "'%s' is not a client command; see `sandboxer %s --help`", v->name,
+                         v->name);
+    return v->run(cli, args, err);
+}
+
+static int dispatch(cli_t *cli, int argc, char **argv, err_t *err)
+{
+    int nwords = 0;
+    const struct cli_verb *v = find_verb(argc, argv, &nwords);
+    if (v)
+        return run_verb(cli, v, argc - nwords, argv + nwords, err);
+    if (strcmp(argv[0], "help") == 0)
+        return help_verb(argc - 1, argv + 1, err);
+    if (is_group(argv[0]))
+        return group_help(argv[0], argc > 1 ? argv[1] : NULL, err);
+    return cli_usage(err, "unknown command '%s'", argv[0]);
+}
+
+/* Global options that take a value, and the member of cli_t it goes to. */
+static const struct {
+    const char *name;
+    size_t offset;
+} global_values[] = {
+    {"--url", offsetof(cli_t, url)},
+    {"--socket", offsetof(cli_t, socket)},
+    {"--token", offsetof(cli_t, token)},
+};
+
+/* --url URL, --url=URL and the like at argv[*i]; anything else is an unknown option. */
+static int global_value(cli_t *cli, int argc, char **argv, int *i, err_t *err)
+{
+    const char *w = argv[*i];
+    for (size_t g = 0; g < ARRAY_SIZE(global_values); g++) {
+        const char *name = global_values[g].name;
+        size_t len = strlen(name);
+        if (strncmp(w, name, len) != 0 || (w[len] != '\0' && w[len] != '='))
+            continue;
+        const char *value = w[len] == '=' ? w + len + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+        if (!value || !*value)
+            return cli_usage(err, "option %s needs a value", name);
+        *(const char **)((char *)cli + global_values[g].offset) = value;
+        return 0;
+    }
+    return cli_usage(err, "unknown option '%s'", w);
+}
+
+/* The options before the verb; *i ends at the verb. 1: help or version printed, stop. */
+static int parse_globals(cli_t *cli, int argc, char **argv, int *i, err_t *err)
+{
+    for (*i = 1; *i < argc && argv[*i][0] == '-'; (*i)++) {
+        const char *w = argv[*i];
+        if (strcmp(w, "--") == 0) {
+            (*i)++;
+            break;
+        } else if (strcmp(w, "--json") == 0) {
+            cli->json = true;
+        } else if (strcmp(w, "-h") == 0 || strcmp(w, "--help") == 0) {
+            print_overview(stdout);
+            return 1;
+        } else if (strcmp(w, "--version") == 0) {
+            printf("sandboxer %s\n", SANDBOXER_VERSION);
+            return 1;
+        } else if (global_value(cli, argc, argv, i, err) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int run(cli_t *cli, int argc, char **argv, err_t *err)
+{
+    int i;
+    int r = parse_globals(cli, argc, argv, &i, err);
+    if (r != 0)
+        return r < 0 ? -1 : CLI_EXIT_OK;
+    if (i >= argc) {
+        print_overview(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    return dispatch(cli, argc - i, argv + i, err);
+}
+
+int cli_main(int argc, char **argv)
+{
+    cli_t cli = {0};
+    err_t err = {0};
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "sandboxer: cannot initialise libcurl\n");
+        return CLI_EXIT_FAIL;
+    }
+    int rc = run(&cli, argc, argv, &err);
+    if (rc < 0) {
+        cli_print_error(&cli, &err);
+        bool usage = strcmp(err.code, "usage") == 0 || strcmp(err.code, "config") == 0;
+        rc = usage ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+    }
+    client_free(cli.client);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,128 @@
+/* What the CLI's verb files share: the session, the verb table row, parsed arguments, output. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "client.h"
+#include "common/error.h"
+
+/*
+ * Exit statuses: 0 success, 1 a failure (server error, unreachable), 2 a usage error, which
+ * is an err_t with code "usage" (bad arguments: the verb's --help is suggested) or "config"
+ * (a bad --url, SANDBOXER_URL or token).
+ */
+#define CLI_EXIT_OK    0
+#define CLI_EXIT_FAIL  1
+#define CLI_EXIT_USAGE 2
+
+/* Where the token in use came from, so a 401 can say what to fix. */
+enum cli_token_source { TOKEN_NONE = 0, TOKEN_OPTION, TOKEN_ENV, TOKEN_FILE };
+
+/* One invocation: global options, the verb being run, and the lazily made client. */
+typedef struct cli {
+    bool json;          /* --json: print the server's JSON as it came */
+    const char *url;    /* --url */
+    const char *socket; /* --socket */
+    const char *token;  /* --token */
+    enum cli_token_source token_source;
+    const struct cli_verb *verb;
+    client_t *client;
+} cli_t;
+
+typedef struct cli_args cli_args_t;
+
+/*
+ * A verb's handler. Returns the exit status (0 on success; a verb like exec may pass on a
+ * remote status), or -1 with err set, which cli_main prints once as "sandboxer: <message>".
+ */
+typedef int (*cli_handler_t)(cli_t *cli, const cli_args_t *args, err_t *err);
+
+/*
+ * A row of the verb table in cli.c. `name` is one word ("whoami") or a group and a word
+ * ("token create"). `opts` lists the verb's options, comma-separated: "name=" takes a value,
+ * "admin" is a flag, "n|name=" adds a short form; a leading "+" stops option parsing at the
+ * first positional argument (for verbs that pass a command on). --json and -h/--help are
+ * accepted by every verb.
+ */
+struct cli_verb {
+    const char *name;
+    cli_handler_t run; /* NULL: listed in help but handled elsewhere (serve) */
+    const char *summary;
+    const char *synopsis; /* after "sandboxer <name> " */
+    const char *help;     /* description and options, printed by --help */
+    const char *opts;
+    int min_args, max_args; /* positional arguments; max -1 = any number */
+};
+
+/* --- args.c: per-verb argument parsing ------------------------------------------------- */
+
+/* Parse argv (the words after the verb) against verb->opts into a new *out; -1 = usage error.
+ * Sets cli->json on --json and *help on -h/--help. */
+int cli_args_parse(cli_t *cli, const struct cli_verb *verb, int argc, char **argv, cli_args_t **out,
+                   bool *help, err_t *err);
+void cli_args_free(cli_args_t *a);
+/* The value of the last --name VALUE, or NULL if absent. */
+const char *cli_opt_str(const cli_args_t *a, const char *name);
+/* True if the flag --name was given. */
+bool cli_opt_flag(const cli_args_t *a, const char *name);
+/* The positional arguments. */
+int cli_nargs(const cli_args_t *a);
+const char *cli_arg(const cli_args_t *a, int i);
+
+/* --- conn.c: reaching the daemon, the token --------------------------------------------- */
+
+/* The client for this invocation, made on first use (which decides auth): with auth, the
+ * token is resolved too and sent on every call. */
+client_t *cli_connect(cli_t *cli, bool auth, err_t *err);
+/* The token file: $XDG_CONFIG_HOME/sandboxer/token or ~/.config/sandboxer/token (new string). */
+char *cli_token_path(void);
+/* Write token to the token file atomically, mode 0600, making its directories 0700. */
+int cli_token_save(const char *token, const char *path, err_t *err);
+/* A sentence for a 401: where the token came from and how to get one (static storage). */
+const char *cli_token_hint(const cli_t *cli);
+
+/* --- output.c: printing ----------------------------------------------------------------- */
+
+/* Print the server's body exactly, with a final newline if it lacks one. */
+void cli_print_raw(const client_resp_t *resp);
+/* Print a JSON value we built ourselves, indented. */
+void cli_print_json(const json_t *j);
+/* A copy of s fit for a terminal: control characters become '?' (new string). */
+char *cli_safe(const char *s);
+/* A Unix time as local "YYYY-MM-DD HH:MM", or "-" for null or 0, into out. */
+const char *cli_format_time(const json_t *t, char *out, size_t size);
+/* The string member key of obj, or fallback when absent or not a string. */
+const char *cli_jstr(const json_t *obj, const char *key, const char *fallback);
+
+/* A text table: cells are copied and made terminal-safe; columns padded to fit. */
+typedef struct cli_table cli_table_t;
+cli_table_t *cli_table_new(int ncols, const char *const *headers);
+void cli_table_add(cli_table_t *t, const char *const *cells);
+void cli_table_print(const cli_table_t *t, FILE *out);
+void cli_table_free(cli_table_t *t);
+
+/* Set a usage error (exit status 2); returns -1. */
+int cli_usage(err_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print err as "sandboxer: <message>" on stderr, with a hint for a 401. */
+void cli_print_error(const cli_t *cli, const err_t *err);
+
+static inline void cleanup_argsp(cli_args_t **a)
+{
+    cli_args_free(*a);
+}
+static inline void cleanup_tablep(cli_table_t **t)
+{
+    cli_table_free(*t);
+}
+#define _cleanup_args_  __attribute__((cleanup(cleanup_argsp)))
+#define _cleanup_table_ __attribute__((cleanup(cleanup_tablep)))
+
+/* --- the verbs -------------------------------------------------------------------------- */
+
+int cmd_version(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_whoami(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_token_create(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_token_ls(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_token_rm(cli_t *cli, const cli_args_t *args, err_t *err);

@@ -1,0 +1,323 @@
+/* The CLI's HTTP client: one reusable libcurl handle, buffered JSON answers, errors as err_t. */
+#include "client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/jsonx.h"
+#include "common/util.h"
+#include "config.h"
+
+struct client {
+    CURL *curl;     /* kept across calls so keep-alive connections are reused */
+    char *base;     /* "http://localhost" for a socket, else the URL without a trailing '/' */
+    char *socket;   /* unix socket path, or NULL for TCP */
+    char *auth;     /* "Authorization: Bearer …" or NULL */
+    char *endpoint; /* what messages call the daemon's address */
+    long timeout_s;
+};
+
+/* A body being received: bounded so a broken server cannot make us hold unbounded memory. */
+struct sink {
+    buf_t *buf;
+    bool too_large;
+};
+
+static bool url_scheme_ok(const char *url)
+{
+    return strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0;
+}
+
+/* A token goes into a header line, so it must not hold spaces or control characters. */
+static bool token_ok(const char *t)
+{
+    for (; *t; t++)
+        if ((unsigned char)*t <= ' ' || (unsigned char)*t >= 0x7f)
+            return false;
+    return true;
+}
+
+static int set_endpoint(client_t *c, const struct client_config *cfg, err_t *err)
+{
+    if (!cfg->url) {
+        const char *path = cfg->socket ? cfg->socket : CLIENT_DEFAULT_SOCKET;
+        c->socket = xstrdup(path);
+        c->base = xstrdup("http://localhost");
+        c->endpoint = xasprintf("unix socket %s", path);
+        return 0;
+    }
+    if (!url_scheme_ok(cfg->url))
+        return err_set(
+            err, ERR_INVALID, 0, "config",
+            "the daemon's URL '%s' must start with http://, https:// or unix:", cfg->url);
+    size_t n = strlen(cfg->url);
+    while (n > 0 && cfg->url[n - 1] == '/')
+        n--;
+    c->base = xstrndup(cfg->url, n);
+    c->endpoint = xstrdup(c->base);
+    return 0;
+}
+
+client_t *client_new(const struct client_config *cfg, err_t *err)
+{
+    if (cfg->token && !token_ok(cfg->token)) {
+        err_set(err, ERR_INVALID, 0, "config", "the token holds spaces or control characters");
+        return NULL;
+    }
+    client_t *c = xcalloc(1, sizeof(*c));
+    c->timeout_s = CLIENT_DEFAULT_TIMEOUT_S;
+    if (set_endpoint(c, cfg, err) < 0) {
+        client_free(c);
+        return NULL;
+    }
+    if (cfg->token && *cfg->token)
+        c->auth = xasprintf("Authorization: Bearer %s", cfg->token);
+    c->curl = curl_easy_init();
+    if (!c->curl) {
+        client_free(c);
+        err_set(err, ERR_INTERNAL, 0, "internal", "cannot initialise libcurl");
+        return NULL;
+    }
+    return c;
+}
+
+void client_free(client_t *c)
+{
+    if (!c)
+        return;
+    if (c->curl)
+        curl_easy_cleanup(c->curl);
+    free(c->base);
+    free(c->socket);
+    /* The header holds the secret: wipe it before the memory goes back to the allocator. */
+    if (c->auth)
+        explicit_bzero(c->auth, strlen(c->auth));
+    free(c->auth);
+    free(c->endpoint);
+    free(c);
+}
+
+void client_set_timeout(client_t *c, long seconds)
+{
+    c->timeout_s = seconds > 0 ? seconds : 0;
+}
+
+const char *client_endpoint(const client_t *c)
+{
+    return c->endpoint;
+}
+
+char *client_escape(const char *s)
+{
+    char *e = curl_easy_escape(NULL, s, (int)strlen(s));
+    if (!e)
+        abort(); /* libcurl only fails here when out of memory; so does xmalloc */
+    char *out = xstrdup(e);
+    curl_free(e);
+    return out;
+}
+
+void client_resp_free(client_resp_t *resp)
+{
+    buf_free(&resp->body);
+    if (resp->json)
+        json_decref(resp->json);
+    resp->json = NULL;
+    resp->status = 0;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
+{
+    struct sink *s = userdata;
+    size_t n = size * nmemb;
+    if (s->buf->len + n > CLIENT_MAX_BODY) {
+        s->too_large = true;
+        return 0; /* makes libcurl stop with CURLE_WRITE_ERROR */
+    }
+    buf_append(s->buf, data, n);
+    return n;
+}
+
+static struct curl_slist *make_headers(const client_t *c, bool has_body)
+{
+    struct curl_slist *h = NULL;
+    h = curl_slist_append(h, "Accept: application/json");
+    if (has_body)
+        h = curl_slist_append(h, "Content-Type: application/json; charset=utf-8");
+    h = curl_slist_append(h, "Expect:"); /* no 100-continue round trip */
+    if (c->auth)
+        h = curl_slist_append(h, c->auth);
+    return h;
+}
+
+static void set_method(CURL *curl, const char *method, const char *payload)
+{
+    bool post = strcmp(method, "POST") == 0;
+    if (payload || post) {
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload ? payload : "");
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)(payload ? strlen(payload) : 0));
+    }
+    if (!post && strcmp(method, "GET") != 0)
+        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+}
+
+static void set_common(client_t *c, const char *url, struct curl_slist *headers, struct sink *s)
+{
+    CURL *curl = c->curl;
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    if (c->socket)
+        curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, c->socket);
+    /* Only HTTP(S), and never follow a redirect: it would carry the token elsewhere. */
+    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, (long)CLIENT_CONNECT_TIMEOUT_S);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, c->timeout_s);
+    curl_easy_setopt(curl, CURLOPT_USERAGENT, "sandboxer-cli/" SANDBOXER_VERSION);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, s);
+}
+
+/* Say why the daemon could not be reached, naming its address and what to check. */
+static int transport_error(const client_t *c, CURLcode rc, const char *detail, err_t *err)
+{
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+        return err_set(err, ERR_UNAVAILABLE, 0, "timeout",
+                       "the daemon at %s did not answer within %ld s", c->endpoint,
+                       c->timeout_s ? c->timeout_s : (long)CLIENT_CONNECT_TIMEOUT_S);
+    if (c->socket && rc == CURLE_COULDNT_CONNECT && access(c->socket, F_OK) < 0 && errno == ENOENT)
+        return err_set(err, ERR_UNAVAILABLE, ENOENT, "unreachable",
+                       "cannot connect to the daemon: no socket at %s (is `sandboxer serve` "
+                       "running? --socket or SANDBOXER_SOCKET picks another, --url or "
+                       "SANDBOXER_URL a TCP address)",
+                       c->socket);
+    if (c->socket && rc == CURLE_COULDNT_CONNECT && access(c->socket, W_OK) < 0 && errno == EACCES)
+        return err_set(err, ERR_UNAVAILABLE, EACCES, "unreachable",
+                       "cannot connect to the daemon: permission denied on %s", c->socket);
+    /* libcurl's own text names "localhost port 80" for a socket, which would mislead. */
+    if (c->socket || !*detail)
+        detail = curl_easy_strerror(rc);
+    return err_set(err, ERR_UNAVAILABLE, 0, "unreachable", "cannot connect to the daemon at %s: %s",
+                   c->endpoint, detail);
+}
+
+static bool is_json_type(const char *ctype)
+{
+    return ctype &&
+           (strncasecmp(ctype, "application/json", 16) == 0 || strstr(ctype, "+json") != NULL);
+}
+
+static void finish_resp(CURL *curl, client_resp_t *resp)
+{
+    char *ctype = NULL;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &resp->status);
+    curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &ctype);
+    if (!resp->body.data)
+        buf_append(&resp->body, "", 0); /* so callers always have a string */
+    if (is_json_type(ctype))
+        resp->json = json_loadb(resp->body.data, resp->body.len, 0, NULL);
+}
+
+int client_request(client_t *c, const char *method, const char *path, const json_t *body,
+                   client_resp_t *resp, err_t *err)
+{
+    _cleanup_free_ char *url = xasprintf("%s%s", c->base, path);
+    _cleanup_free_ char *payload = body ? json_dump_compact(body) : NULL;
+    struct curl_slist *headers = make_headers(c, payload != NULL);
+    char detail[CURL_ERROR_SIZE] = "";
+    *resp = (client_resp_t){0};
+    struct sink s = {.buf = &resp->body};
+    set_common(c, url, headers, &s);
+    set_method(c->curl, method, payload);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, detail);
+    CURLcode rc = curl_easy_perform(c->curl);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, NULL);
+    if (rc == CURLE_OK)
+        finish_resp(c->curl, resp);
+    curl_slist_free_all(headers);
+    if (rc == CURLE_OK)
+        return 0;
+    client_resp_free(resp);
+    if (s.too_large)
+        return err_set(err, ERR_TOO_LARGE, 0, "too_large",
+                       "the daemon's answer is larger than %u MiB", CLIENT_MAX_BODY >> 20);
+    return transport_error(c, rc, detail, err);
+}
+
+static err_kind_t kind_of_status(long status)
+{
+    switch (status) {
+    case 400:
+        return ERR_INVALID;
+    case 401:
+        return ERR_UNAUTHORIZED;
+    case 403:
+        return ERR_FORBIDDEN;
+    case 404:
+        return ERR_NOT_FOUND;
+    case 405:
+        return ERR_NOT_ALLOWED;
+    case 409:
+        return ERR_CONFLICT;
+    case 413:
+        return ERR_TOO_LARGE;
+    case 422:
+        return ERR_UNPROCESSABLE;
+    case 429:
+        return ERR_LIMIT;
+    case 502:
+    case 503:
+    case 504:
+        return ERR_UNAVAILABLE;
+    default:
+        return status >= 500 ? ERR_INTERNAL : ERR_INVALID;
+    }
+}
+
+/* The server's sentence: "detail" as text, a structured detail dumped, else the raw body. */
+static char *error_detail(const client_resp_t *resp)
+{
+    json_t *d = json_is_object(resp->json) ? json_object_get(resp->json, "detail") : NULL;
+    if (json_is_string(d))
+        return xstrdup(json_string_value(d));
+    if (d && !json_is_null(d))
+        return json_dump_compact(d);
+    size_t n = strcspn(resp->body.data, "\r\n");
+    if (n == 0)
+        return xstrdup(resp->status < 400 ? "an unexpected answer from the daemon"
+                                          : "the daemon answered with an error");
+    return xstrndup(resp->body.data, n < 200 ? n : 200);
+}
+
+static int status_error(const client_resp_t *resp, err_t *err)
+{
+    _cleanup_free_ char *detail = error_detail(resp);
+    json_t *code = json_is_object(resp->json) ? json_object_get(resp->json, "code") : NULL;
+    return err_set(err, kind_of_status(resp->status), 0,
+                   json_is_string(code) ? json_string_value(code) : NULL, "%s (HTTP %ld)", detail,
+                   resp->status);
+}
+
+int client_call(client_t *c, const char *method, const char *path, const json_t *body,
+                client_resp_t *resp, err_t *err)
+{
+    if (client_request(c, method, path, body, resp, err) < 0)
+        return -1;
+    int r = 0;
+    if (resp->status < 200 || resp->status > 299)
+        r = status_error(resp, err);
+    else if (!json_is_object(resp->json))
+        r = err_set(err, ERR_INTERNAL, 0, "bad_response",
+                    "the daemon's answer to %s %s is not a JSON object (HTTP %ld)", method, path,
+                    resp->status);
+    if (r < 0)
+        client_resp_free(resp);
+    return r;
+}

@@ -1,0 +1,161 @@
+/* sandboxer token create | ls | rm: API tokens over /auth/tokens. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_internal.h"
+#include "common/cleanup.h"
+#include "common/jsonx.h"
+#include "common/util.h"
+
+static void set_if(json_t *obj, const char *key, const char *value)
+{
+    if (value)
+        json_object_set_new(obj, key, json_string(value));
+}
+
+/* Tell, on stderr so that stdout holds only the secret, what was made and where it went. */
+static void note_created(const json_t *tok, const char *saved_to)
+{
+    _cleanup_free_ char *id = cli_safe(cli_jstr(tok, "id", "?"));
+    _cleanup_free_ char *user = cli_safe(cli_jstr(tok, "user", "?"));
+    bool admin = json_is_true(json_object_get(tok, "admin"));
+    fprintf(stderr, "created %s for %suser %s; it is shown once\n", id, admin ? "admin " : "",
+            user);
+    if (saved_to)
+        fprintf(stderr, "saved to %s\n", saved_to);
+}
+
+int cmd_token_create(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    _cleanup_json_ json_t *body = json_object();
+    set_if(body, "name", cli_opt_str(args, "name"));
+    set_if(body, "user", cli_opt_str(args, "user"));
+    if (cli_opt_flag(args, "admin"))
+        json_object_set_new(body, "admin", json_true());
+    _cleanup_resp_ client_resp_t resp = {0};
+    client_t *c = cli_connect(cli, true, err);
+    if (!c || client_call(c, "POST", "/auth/tokens", body, &resp, err) < 0)
+        return -1;
+    const char *secret = cli_jstr(resp.json, "token", NULL);
+    if (!secret)
+        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer holds no token");
+    /* Show the secret before saving it, so a failed save does not lose it. */
+    if (cli->json)
+        cli_print_raw(&resp);
+    else
+        printf("%s\n", secret);
+    fflush(stdout);
+    _cleanup_free_ char *path = cli_opt_flag(args, "save") ? cli_token_path() : NULL;
+    if (path && cli_token_save(secret, path, err) < 0)
+        return -1;
+    if (!cli->json)
+        note_created(resp.json, path);
+    return 0;
+}
+
+/* The query string for token ls: ?user=NAME, ?all=true or none. */
+static int list_path(const cli_args_t *args, char **path, err_t *err)
+{
+    const char *user = cli_opt_str(args, "user");
+    bool all = cli_opt_flag(args, "all");
+    if (user && all)
+        return cli_usage(err, "token ls: --user and --all exclude each other");
+    if (all) {
+        *path = xstrdup("/auth/tokens?all=true");
+    } else if (user) {
+        _cleanup_free_ char *u = client_escape(user);
+        *path = xasprintf("/auth/tokens?user=%s", u);
+    } else {
+        *path = xstrdup("/auth/tokens");
+    }
+    return 0;
+}
+
+static void print_tokens(const json_t *tokens)
+{
+    static const char *const headers[] = {"ID", "NAME", "USER", "CREATED", "LAST USED"};
+    _cleanup_table_ cli_table_t *t = cli_table_new(ARRAY_SIZE(headers), headers);
+    size_t i;
+    const json_t *tok;
+    json_array_foreach(tokens, i, tok)
+    {
+        char created[32], used[32];
+        const char *name = cli_jstr(tok, "name", "");
+        const char *cells[] = {
+            cli_jstr(tok, "id", "?"),
+            *name ? name : "-",
+            cli_jstr(tok, "user", "?"),
+            cli_format_time(json_object_get(tok, "created_at"), created, sizeof(created)),
+            cli_format_time(json_object_get(tok, "last_used_at"), used, sizeof(used)),
+        };
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+}
+
+int cmd_token_ls(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    _cleanup_free_ char *path = NULL;
+    _cleanup_resp_ client_resp_t resp = {0};
+    if (list_path(args, &path, err) < 0)
+        return -1;
+    client_t *c = cli_connect(cli, true, err);
+    if (!c || client_call(c, "GET", path, NULL, &resp, err) < 0)
+        return -1;
+    const json_t *tokens = json_object_get(resp.json, "tokens");
+    if (!json_is_array(tokens))
+        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer lists no tokens");
+    if (cli->json)
+        cli_print_raw(&resp);
+    else
+        print_tokens(tokens);
+    return 0;
+}
+
+/* An error about one token (absent, not ours) lets rm go on with the others; others stop it. */
+static bool error_is_per_token(const err_t *e)
+{
+    return e->kind == ERR_NOT_FOUND || e->kind == ERR_FORBIDDEN || e->kind == ERR_INVALID ||
+           e->kind == ERR_CONFLICT;
+}
+
+static int remove_one(cli_t *cli, client_t *c, const char *id, err_t *err)
+{
+    _cleanup_free_ char *esc = client_escape(id);
+    _cleanup_free_ char *path = xasprintf("/auth/tokens/%s", esc);
+    _cleanup_resp_ client_resp_t resp = {0};
+    if (client_call(c, "DELETE", path, NULL, &resp, err) < 0)
+        return -1;
+    if (cli->json) {
+        cli_print_raw(&resp);
+    } else {
+        _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "id", id));
+        printf("%s\n", shown);
+    }
+    return 0;
+}
+
+int cmd_token_rm(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    for (int i = 0; i < cli_nargs(args); i++)
+        if (!*cli_arg(args, i))
+            return cli_usage(err, "token rm: an empty token id");
+    client_t *c = cli_connect(cli, true, err);
+    if (!c)
+        return -1;
+    int failed = 0;
+    for (int i = 0; i < cli_nargs(args); i++) {
+        err_t e = {0};
+        if (remove_one(cli, c, cli_arg(args, i), &e) == 0)
+            continue;
+        if (!error_is_per_token(&e)) {
+            *err = e;
+            return -1;
+        }
+        err_prefix(&e, "%s", cli_arg(args, i));
+        cli_print_error(cli, &e);
+        failed++;
+    }
+    return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
