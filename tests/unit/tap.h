@@ -7,18 +7,17 @@
 
 static int tap_n, tap_failed;
 
+/* Record one check; cond is evaluated exactly once (conditions may have effects). */
 #define ok(cond, ...)                                                                              \
     do {                                                                                           \
+        int tap_ok_ = (cond) ? 1 : 0;                                                              \
         tap_n++;                                                                                   \
-        if (cond) {                                                                                \
-            printf("ok %d - ", tap_n);                                                             \
-        } else {                                                                                   \
+        if (!tap_ok_)                                                                              \
             tap_failed++;                                                                          \
-            printf("not ok %d - ", tap_n);                                                         \
-        }                                                                                          \
+        printf("%s %d - ", tap_ok_ ? "ok" : "not ok", tap_n);                                      \
         printf(__VA_ARGS__);                                                                       \
         printf("\n");                                                                              \
-        if (!(cond))                                                                               \
+        if (!tap_ok_)                                                                              \
             printf("#   failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
     } while (0)
 
