@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +23,9 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "config.h"
+#include "image/image.h"
+#include "runtime/runtime.h"
+#include "sandbox/sandbox.h"
 #include "store/store.h"
 
 struct serve_opts {
@@ -34,6 +38,16 @@ struct serve_opts {
     uint64_t max_connections;
     uint64_t conn_timeout;
     uint64_t shutdown_timeout;
+    const char *registry_mirror;
+    const char *insecure_registries;
+    const char *default_cpus;
+    uint64_t default_memory;
+    uint64_t default_pids;
+    uint64_t log_max;
+    uint64_t exec_output_max;
+    uint64_t max_execs;
+    const char *agent;
+    const char *runtime;
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT };
@@ -65,6 +79,29 @@ static const struct opt_def {
      offsetof(struct serve_opts, conn_timeout), "seconds before an idle connection is closed"},
     {"shutdown-timeout", "SANDBOXER_SHUTDOWN_TIMEOUT", "10", OPT_UINT,
      offsetof(struct serve_opts, shutdown_timeout), "seconds a stop waits for in-flight requests"},
+    {"registry-mirror", "SANDBOXER_REGISTRY_MIRROR", "", OPT_STR,
+     offsetof(struct serve_opts, registry_mirror),
+     "pull docker.io images from this URL (http:// only for loopback)"},
+    {"insecure-registry", "SANDBOXER_INSECURE_REGISTRIES", "", OPT_STR,
+     offsetof(struct serve_opts, insecure_registries),
+     "HOST:PORT[,HOST:PORT...] pulled without TLS verification"},
+    {"default-cpus", "SANDBOXER_DEFAULT_CPUS", "1", OPT_STR,
+     offsetof(struct serve_opts, default_cpus), "CPUs of a sandbox that does not ask"},
+    {"default-memory", "SANDBOXER_DEFAULT_MEMORY", "512M", OPT_SIZE,
+     offsetof(struct serve_opts, default_memory), "memory of a sandbox that does not ask"},
+    {"default-pids", "SANDBOXER_DEFAULT_PIDS", "512", OPT_UINT,
+     offsetof(struct serve_opts, default_pids), "tasks of a sandbox that does not ask"},
+    {"log-max", "SANDBOXER_LOG_MAX", "16M", OPT_SIZE, offsetof(struct serve_opts, log_max),
+     "main-process log kept per sandbox (rotated once past it)"},
+    {"exec-output-max", "SANDBOXER_EXEC_OUTPUT_MAX", "16M", OPT_SIZE,
+     offsetof(struct serve_opts, exec_output_max),
+     "output kept per stream of one exec (truncated past it)"},
+    {"max-execs", "SANDBOXER_MAX_EXECS", "256", OPT_UINT, offsetof(struct serve_opts, max_execs),
+     "concurrent execs per sandbox"},
+    {"agent", "SANDBOXER_AGENT", "", OPT_STR, offsetof(struct serve_opts, agent),
+     "sandboxer-agent binary (default: found beside this binary)"},
+    {"runtime", "SANDBOXER_RUNTIME", "runc", OPT_STR, offsetof(struct serve_opts, runtime),
+     "OCI runtime binary"},
 };
 
 static void usage(FILE *f)
@@ -188,24 +225,118 @@ static const char *none_to_null(const char *s)
     return (!s || !*s || strcmp(s, "none") == 0) ? NULL : s;
 }
 
-static int run(const struct serve_opts *o, err_t *err)
+/* The agent binary: --agent, else beside this binary (installed or in the build tree). */
+static char *find_agent(const struct serve_opts *o, const char *self)
 {
-    int lock_fd _cleanup_close_ = lock_state_dir(o->state_dir, err);
-    if (lock_fd < 0)
+    if (o->agent && *o->agent)
+        return xstrdup(o->agent);
+    _cleanup_free_ char *dir = xstrdup(self);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    const char *candidates[] = {"%s/sandboxer-agent", "%s/agent/sandboxer-agent",
+                                "%s/../libexec/sandboxer/sandboxer-agent"};
+    for (size_t i = 0; i < ARRAY_SIZE(candidates); i++) {
+        char *p = xasprintf(candidates[i], dir);
+        if (access(p, X_OK) == 0)
+            return p;
+        free(p);
+    }
+    return xasprintf("%s/sandboxer-agent", dir);
+}
+
+/* Split "a,b,c" into a NULL-terminated vector (in place). */
+static const char **split_list(char *s, size_t *n)
+{
+    const char **v = xcalloc(strlen(s) / 2 + 2, sizeof(*v));
+    *n = 0;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ","))
+        if (*tok)
+            v[(*n)++] = tok;
+    return v;
+}
+
+/* Everything the daemon runs on, opened in order and closed in reverse. */
+struct daemon {
+    int lock_fd;
+    store_t *store;
+    image_store_t *images;
+    sbx_mgr_t *sbx;
+    api_t *api;
+    char self[4096];
+    char *agent;
+    char *insecure;
+    const char **insecure_v;
+};
+
+static void daemon_close(struct daemon *d, bool free_shared)
+{
+    if (free_shared) {
+        sbx_close(d->sbx);
+        image_store_close(d->images);
+        store_close(d->store);
+    }
+    free(d->agent);
+    free(d->insecure);
+    free(d->insecure_v);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+}
+
+static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
+{
+    ssize_t n = readlink("/proc/self/exe", d->self, sizeof(d->self) - 1);
+    if (n <= 0)
+        return err_sys(err, "find this binary");
+    d->self[n] = '\0';
+    d->agent = find_agent(o, d->self);
+    if ((d->lock_fd = lock_state_dir(o->state_dir, err)) < 0)
         return -1;
     _cleanup_free_ char *db = xasprintf("%s/sandboxer.db", o->state_dir);
-    store_t *store = store_open(db, err);
-    if (!store || bootstrap_admin(store, err) < 0) {
-        store_close(store);
+    if (!(d->store = store_open(db, err)) || bootstrap_admin(d->store, err) < 0)
         return -1;
-    }
-    /* Signals are taken synchronously by this thread; the server threads never see them. */
+    _cleanup_free_ char *img_root = xasprintf("%s/images", o->state_dir);
+    d->insecure = xstrdup(o->insecure_registries);
+    size_t n_insecure;
+    d->insecure_v = split_list(d->insecure, &n_insecure);
+    struct image_opts io = {img_root, none_to_null(o->registry_mirror), d->insecure_v, n_insecure,
+                            d->self};
+    if (!(d->images = image_store_open(&io, d->store, err)))
+        return -1;
+    double cpus = atof(o->default_cpus);
+    if (cpus < 0.01 || cpus > 256)
+        return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-cpus: 0.01 to 256");
+    struct sbx_config sc = {
+        .state_dir = o->state_dir,
+        .agent_bin = d->agent,
+        .self_exe = d->self,
+        .runtime = o->runtime,
+        .default_cpus = cpus,
+        .default_memory = o->default_memory,
+        .default_pids = (int64_t)o->default_pids,
+        .log_max = o->log_max,
+        .exec_output_max = o->exec_output_max,
+        .max_execs = (unsigned)o->max_execs,
+    };
+    if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0)
+        return -1;
+    return 0;
+}
+
+static int run(const struct serve_opts *o, err_t *err)
+{
+    struct daemon d = {.lock_fd = -1};
+    /* Signals are taken synchronously by this thread; no other thread ever sees them. */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (daemon_open(o, &d, err) < 0) {
+        daemon_close(&d, true);
+        return -1;
+    }
     struct api_config cfg = {
         .listen = none_to_null(o->listen),
         .socket_path = none_to_null(o->socket),
@@ -214,20 +345,20 @@ static int run(const struct serve_opts *o, err_t *err)
         .conn_timeout_s = (unsigned)o->conn_timeout,
         .shutdown_timeout_s = (unsigned)o->shutdown_timeout,
     };
-    api_t *api = api_start(&cfg, store, err);
-    if (!api) {
-        store_close(store);
+    if (!(d.api = api_start(&cfg, d.store, d.sbx, d.images, err))) {
+        daemon_close(&d, true);
         return -1;
     }
-    log_info("daemon.ready", "version=%s listen=%s port=%u socket=%s state_dir=%s",
-             SANDBOXER_VERSION, cfg.listen ? cfg.listen : "none", api_tcp_port(api),
-             cfg.socket_path ? cfg.socket_path : "none", o->state_dir);
+    log_info("daemon.ready", "version=%s listen=%s port=%u socket=%s state_dir=%s cgroup=v%d",
+             SANDBOXER_VERSION, cfg.listen ? cfg.listen : "none", api_tcp_port(d.api),
+             cfg.socket_path ? cfg.socket_path : "none", o->state_dir, runtime_cgroup_mode());
     int sig = 0;
     while (sigwait(&set, &sig) != 0)
         ;
     log_info("daemon.stopping", "signal=%d", sig);
-    api_stop(api);
-    store_close(store);
+    /* Sandboxes are left running: only the daemon stops. */
+    bool clean = api_stop(d.api);
+    daemon_close(&d, clean);
     log_info("daemon.stopped", "%s", "");
     return 0;
 }

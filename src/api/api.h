@@ -7,6 +7,9 @@
 #include "common/error.h"
 #include "store/store.h"
 
+struct sbx_mgr;
+struct image_store;
+
 /* How the server listens and what it bounds. Strings are borrowed for the server's life. */
 struct api_config {
     const char *listen;          /* "HOST:PORT", "[v6]:PORT" or NULL for none */
@@ -19,9 +22,14 @@ struct api_config {
 
 typedef struct api api_t;
 
-/* Bind the sockets and start serving. */
-api_t *api_start(const struct api_config *cfg, store_t *store, err_t *err);
+/* Bind the sockets and start serving the store, the sandboxes and the images. */
+api_t *api_start(const struct api_config *cfg, store_t *store, struct sbx_mgr *sbx,
+                 struct image_store *images, err_t *err);
 /* The TCP port actually bound (useful with port 0), or 0 when not listening on TCP. */
 unsigned api_tcp_port(const api_t *api);
-/* Stop accepting, let in-flight requests finish (bounded), then free everything. */
-void api_stop(api_t *api);
+/*
+ * Stop accepting, let in-flight requests finish (bounded), then free everything. Returns
+ * false if stream threads were still running at the end (the caller must not free what
+ * they use).
+ */
+bool api_stop(api_t *api);

@@ -48,11 +48,14 @@ const struct route *api_route_find(const char *method, const char *path, size_t 
 struct api {
     struct api_config cfg;
     store_t *store;
+    struct sbx_mgr *sbx;
+    struct image_store *images;
     struct MHD_Daemon *tcp;
     struct MHD_Daemon *unix_sock;
     int tcp_fd, unix_fd;
     unsigned tcp_port;
     atomic_int inflight;
+    atomic_int streams;   /* producer threads of streamed replies */
     atomic_bool draining; /* refuse new requests */
     atomic_bool stopping; /* in-flight streams should end now */
 };
@@ -98,6 +101,22 @@ void api_reply_error(api_req_t *r, const err_t *err);
 /* The HTTP status for an error kind: the one place that maps them. */
 unsigned api_status_for(err_kind_t kind);
 
+/* The writing end of a streamed reply. */
+struct api_stream {
+    int fd;
+    api_t *api;
+};
+
+/* A producer of a streamed body; runs on its own thread, the stream closes when it returns. */
+typedef void (*api_stream_fn)(struct api_stream *s, void *ctx);
+
+/* Reply 200 with a body that fn produces (ctx is fn's to free). */
+int api_reply_stream(api_req_t *r, const char *type, api_stream_fn fn, void *ctx, err_t *err);
+/* Write to the stream; false once the client is gone or the daemon stops. */
+bool api_stream_write(struct api_stream *s, const void *data, size_t len);
+/* Sleep up to ms; false once the client is gone or the daemon stops. */
+bool api_stream_wait(struct api_stream *s, int ms);
+
 /* Authenticate the request's bearer token; fills r->user and r->token. */
 int api_authenticate(api_req_t *r, err_t *err);
 
@@ -113,3 +132,17 @@ int h_token_create(api_req_t *r, err_t *err);
 int h_token_list(api_req_t *r, err_t *err);
 int h_token_delete(api_req_t *r, err_t *err);
 int h_me(api_req_t *r, err_t *err);
+int h_sandbox_create(api_req_t *r, err_t *err);
+int h_sandbox_list(api_req_t *r, err_t *err);
+int h_sandbox_get(api_req_t *r, err_t *err);
+int h_sandbox_patch(api_req_t *r, err_t *err);
+int h_sandbox_delete(api_req_t *r, err_t *err);
+int h_execute(api_req_t *r, err_t *err);
+int h_exec(api_req_t *r, err_t *err);
+int h_logs(api_req_t *r, err_t *err);
+int h_execution_logs(api_req_t *r, err_t *err);
+int h_command_executions(api_req_t *r, err_t *err);
+int h_command_execution_logs(api_req_t *r, err_t *err);
+int h_image_list(api_req_t *r, err_t *err);
+int h_image_pull(api_req_t *r, err_t *err);
+int h_image_delete(api_req_t *r, err_t *err);

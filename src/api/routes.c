@@ -12,6 +12,23 @@ const struct route api_routes[] = {
     {"POST", "/auth/tokens", h_token_create, ROUTE_AUTH, "Create a token"},
     {"GET", "/auth/tokens", h_token_list, ROUTE_AUTH, "List tokens"},
     {"DELETE", "/auth/tokens/{id}", h_token_delete, ROUTE_AUTH, "Revoke a token"},
+    {"POST", "/sandboxes", h_sandbox_create, ROUTE_AUTH, "Create a sandbox"},
+    {"GET", "/sandboxes", h_sandbox_list, ROUTE_AUTH, "List the caller's sandboxes"},
+    {"GET", "/sandboxes/{id}", h_sandbox_get, ROUTE_AUTH, "One sandbox"},
+    {"PATCH", "/sandboxes/{id}", h_sandbox_patch, ROUTE_AUTH, "Change label or public"},
+    {"DELETE", "/sandboxes/{id}", h_sandbox_delete, ROUTE_AUTH, "Delete a sandbox"},
+    {"POST", "/sandboxes/{id}/execute", h_execute, ROUTE_AUTH, "Run sh -c code"},
+    {"POST", "/sandboxes/{id}/exec", h_exec, ROUTE_AUTH, "Run an argv"},
+    {"GET", "/sandboxes/{id}/logs", h_logs, ROUTE_AUTH, "The main process's output"},
+    {"GET", "/sandboxes/{id}/execution-logs", h_execution_logs, ROUTE_AUTH,
+     "Executions with their output, oldest first"},
+    {"GET", "/sandboxes/{id}/command-executions", h_command_executions, ROUTE_AUTH,
+     "Executions with their output, newest first"},
+    {"GET", "/sandboxes/{id}/command-executions/{eid}/logs", h_command_execution_logs, ROUTE_AUTH,
+     "One execution's output from a cursor"},
+    {"GET", "/images", h_image_list, ROUTE_AUTH, "Images in the store"},
+    {"POST", "/images/pull", h_image_pull, ROUTE_AUTH, "Pull an image"},
+    {"DELETE", "/images/{ref*}", h_image_delete, ROUTE_ADMIN, "Remove an image"},
 };
 
 const size_t api_routes_count = ARRAY_SIZE(api_routes);

@@ -323,11 +323,14 @@ static struct MHD_Daemon *start_daemon(api_t *api, int fd)
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, api, MHD_OPTION_END);
 }
 
-api_t *api_start(const struct api_config *cfg, store_t *store, err_t *err)
+api_t *api_start(const struct api_config *cfg, store_t *store, struct sbx_mgr *sbx,
+                 struct image_store *images, err_t *err)
 {
     api_t *api = xcalloc(1, sizeof(*api));
     api->cfg = *cfg;
     api->store = store;
+    api->sbx = sbx;
+    api->images = images;
     api->tcp_fd = api->unix_fd = -1;
     if (cfg->listen && (api->tcp_fd = listen_tcp(cfg->listen, &api->tcp_port, err)) < 0)
         goto fail;
@@ -362,11 +365,11 @@ unsigned api_tcp_port(const api_t *api)
     return api->tcp_fd >= 0 ? api->tcp_port : 0;
 }
 
-void api_stop(api_t *api)
+bool api_stop(api_t *api)
 {
     /* New requests, even on kept-alive connections, get 503 from now on. */
     atomic_store(&api->draining, true);
-    /* Stop accepting first: the listening sockets close, in-flight requests go on. */
+    /* Stop accepting: the listening sockets close, in-flight requests go on. */
     if (api->tcp)
         close(MHD_quiesce_daemon(api->tcp));
     if (api->unix_sock) {
@@ -379,10 +382,17 @@ void api_stop(api_t *api)
     int left = atomic_load(&api->inflight);
     if (left > 0)
         log_warn("http.shutdown", "inflight=%d msg=\"shutdown timeout; ending them\"", left);
+    /* Streams end at their next write or wait; give them a moment to notice. */
     atomic_store(&api->stopping, true);
+    deadline = now_mono_ms() + 2000;
+    while (atomic_load(&api->streams) > 0 && now_mono_ms() < deadline)
+        usleep(20 * 1000);
+    bool clean = atomic_load(&api->streams) == 0;
     if (api->tcp)
         MHD_stop_daemon(api->tcp);
     if (api->unix_sock)
         MHD_stop_daemon(api->unix_sock);
-    free(api);
+    if (clean)
+        free(api);
+    return clean;
 }

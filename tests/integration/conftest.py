@@ -1,4 +1,5 @@
 """Fixtures that run the real daemon on a temporary state dir and a free port."""
+import glob
 import os
 import re
 import signal
@@ -87,6 +88,7 @@ class Daemon:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        cleanup_state(self.state_dir)
         self.check_sanitizers()
 
     def check_sanitizers(self):
@@ -99,6 +101,43 @@ class Daemon:
                 text = f.read()
             for marker in SANITIZER_MARKERS:
                 assert marker not in text, f"sanitizer report in daemon log:\n{text[-6000:]}"
+
+
+def cleanup_state(state_dir):
+    """Remove every container, shim, mount and cgroup a daemon on state_dir left behind."""
+    root = os.path.join(state_dir, "runc")
+    if os.path.isdir(root):
+        ids = subprocess.run(["runc", "--root", root, "list", "-q"], capture_output=True,
+                             text=True, timeout=30).stdout.split()
+        for cid in ids:
+            subprocess.run(["runc", "--root", root, "kill", "--all", cid, "KILL"],
+                           capture_output=True, timeout=30)
+            subprocess.run(["runc", "--root", root, "delete", "--force", cid],
+                           capture_output=True, timeout=30)
+            remove_cgroups(cid)
+    subprocess.run(["pkill", "-KILL", "-f", f"internal-shim .*{state_dir}/"],
+                   capture_output=True, timeout=30)
+    with open("/proc/mounts") as f:
+        mounts = [line.split()[1] for line in f]
+    for m in reversed(mounts):
+        if m.startswith(state_dir + "/"):
+            subprocess.run(["umount", "-l", m], capture_output=True, timeout=30)
+
+
+def remove_cgroups(cid):
+    for base in glob.glob("/sys/fs/cgroup/*/sandboxer") + ["/sys/fs/cgroup/sandboxer"]:
+        path = os.path.join(base, cid)
+        if os.path.isdir(path):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+
+
+def leftover_cgroups(cid):
+    paths = glob.glob(f"/sys/fs/cgroup/*/sandboxer/{cid}") + \
+        glob.glob(f"/sys/fs/cgroup/sandboxer/{cid}")
+    return [p for p in paths if os.path.isdir(p)]
 
 
 class Client:
@@ -153,3 +192,82 @@ def make_user(daemon, admin):
     yield make
     for c in clients:
         c.close()
+
+
+# ---- sandboxes: a local registry with the test images, and a daemon that pulls from it ----
+
+@pytest.fixture(scope="session")
+def registry_url():
+    """A docker-registry on 127.0.0.1 holding hello-world, busybox (and python if built)."""
+    import registry
+    reg = registry.start_registry()
+    try:
+        registry.push_test_images(reg, python=True)
+        yield reg.url
+    finally:
+        reg.stop()
+
+
+@pytest.fixture
+def sbx_daemon(registry_url):
+    with tempfile.TemporaryDirectory(prefix="sbx-test-") as workdir:
+        d = Daemon(workdir, ["--registry-mirror", registry_url])
+        try:
+            d.start()
+            d.admin_token = TOKEN_RE.search(d.stdout()).group(0)
+            yield d
+        finally:
+            d.kill()
+
+
+class Sandboxes(Client):
+    """A client that deletes the sandboxes it created when the test ends."""
+
+    def __init__(self, url, token):
+        super().__init__(url, token)
+        self.created = []
+
+    def create(self, image="busybox", expect=201, **body):
+        body["image"] = image
+        r = self.http.post("/sandboxes", json=body, timeout=300)
+        assert r.status_code == expect, r.text
+        if r.status_code == 201:
+            self.created.append(r.json()["id"])
+        return r.json()
+
+    def sh(self, sid, code, expect=200, **extra):
+        r = self.http.post(f"/sandboxes/{sid}/execute", json={"code": code, **extra},
+                           timeout=120)
+        assert r.status_code == expect, r.text
+        return r.json()
+
+    def cleanup(self):
+        for sid in self.created:
+            try:
+                self.http.delete(f"/sandboxes/{sid}", timeout=60)
+            except httpx.HTTPError:
+                pass
+        self.close()
+
+
+@pytest.fixture
+def sbx(sbx_daemon):
+    c = Sandboxes(sbx_daemon.url, sbx_daemon.admin_token)
+    yield c
+    c.cleanup()
+
+
+@pytest.fixture
+def sbx_user(sbx_daemon, sbx):
+    """sbx_user("bob") → a Sandboxes client for a new user."""
+    made = []
+
+    def make(name):
+        tok = sbx.post("/auth/tokens", json={"user": name}).json()["token"]
+        c = Sandboxes(sbx_daemon.url, tok)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.cleanup()

@@ -21,7 +21,13 @@ static int tap_n, tap_failed;
             printf("#   failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
     } while (0)
 
-#define is_str(a, b, ...) ok((a) && (b) && strcmp((a), (b)) == 0, __VA_ARGS__)
+/* Both non-NULL and equal. */
+static inline int tap_streq(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+#define is_str(a, b, ...) ok(tap_streq((a), (b)), __VA_ARGS__)
 
 static inline int tap_done(void)
 {

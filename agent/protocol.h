@@ -1,0 +1,123 @@
+/*
+ * The agent protocol, shared by sandboxer-agent and the daemon's client (src/agentc).
+ * docs/agent-protocol.md is the full description; this header is the single source of the
+ * numbers and of the frame parser both sides use.
+ *
+ * A frame is a 4-byte big-endian payload length N, a 1-byte type, then N payload bytes.
+ * N is at most AGENT_MAX_FRAME; a larger length is a protocol error (close the connection).
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AGENT_PROTOCOL_VERSION 1
+#define AGENT_HEADER_LEN       5
+#define AGENT_MAX_FRAME        (1024u * 1024u) /* largest payload accepted either way */
+#define AGENT_MAX_CHUNK        (64u * 1024u)   /* largest STDOUT/STDERR/STDIN payload sent */
+#define AGENT_SOCKET_DEFAULT   "/run/sandboxer/agent.sock"
+
+/* Frame types. Client → agent use 0x01-0x7f, agent → client 0x81-0xff. */
+enum agent_frame_type {
+    /* client → agent */
+    AGENT_HELLO = 0x01,     /* JSON {"version": 1}; answered with AGENT_HELLO_OK */
+    AGENT_PING = 0x02,      /* empty (or any bytes, echoed); answered with AGENT_PONG */
+    AGENT_EXEC = 0x03,      /* JSON exec request; answered with STARTED or ERROR */
+    AGENT_STDIN = 0x04,     /* bytes for the process's stdin (or the PTY) */
+    AGENT_STDIN_EOF = 0x05, /* empty: close the process's stdin */
+    AGENT_SIGNAL = 0x06,    /* 1 byte: a signal number for the process group */
+    AGENT_RESIZE = 0x07,    /* 4 bytes: u16 cols, u16 rows, big-endian (tty execs) */
+    /* reserved for later requests, answered today with ERROR "unsupported" */
+    AGENT_STAT = 0x10,
+    AGENT_READ = 0x11,
+    AGENT_WRITE = 0x12,
+    AGENT_LIST = 0x13,
+    AGENT_DELETE = 0x14,
+    AGENT_MKDIR = 0x15,
+    AGENT_RENAME = 0x16,
+    AGENT_PS = 0x20,
+
+    /* agent → client */
+    AGENT_HELLO_OK = 0x81, /* JSON {"version": 1, "pid": N} */
+    AGENT_PONG = 0x82,     /* the PING payload, echoed */
+    AGENT_STARTED = 0x83,  /* JSON {"pid": N} */
+    AGENT_STDOUT = 0x84,   /* bytes (also all PTY output) */
+    AGENT_STDERR = 0x85,   /* bytes */
+    AGENT_EXIT = 0x86,     /* JSON {"exit_code": N, "signal": S|null, "timed_out": bool} */
+    AGENT_ERROR = 0x87,    /* JSON {"code": "...", "message": "..."}; the agent then closes */
+    /* reserved for the answers of the reserved requests */
+    AGENT_FILE_INFO = 0x90,
+    AGENT_FILE_DATA = 0x91,
+    AGENT_FILE_END = 0x92,
+    AGENT_DIR_ENTRIES = 0x93,
+    AGENT_OK = 0x94,
+    AGENT_PROCESSES = 0xa0,
+};
+
+/* What agent_frame_parse found at the start of a buffer. */
+enum agent_parse_result {
+    AGENT_PARSE_INVALID = -1,   /* a length over AGENT_MAX_FRAME or type 0: close */
+    AGENT_PARSE_INCOMPLETE = 0, /* need more bytes */
+    AGENT_PARSE_COMPLETE = 1,   /* *frame is filled, *consumed bytes belong to it */
+};
+
+/* One frame; payload points into the parsed buffer (not NUL-terminated). */
+struct agent_frame {
+    uint8_t type;
+    uint32_t len;
+    const uint8_t *payload;
+};
+
+/* Write the 5-byte header for a payload of len bytes of type. */
+static inline void agent_frame_header(uint8_t out[AGENT_HEADER_LEN], uint8_t type, uint32_t len)
+{
+    out[0] = (uint8_t)(len >> 24);
+    out[1] = (uint8_t)(len >> 16);
+    out[2] = (uint8_t)(len >> 8);
+    out[3] = (uint8_t)len;
+    out[4] = type;
+}
+
+/*
+ * Parse one frame at the start of buf (n bytes). An oversize length is reported as soon as
+ * the 4 length bytes are in, so a reader never buffers more than one maximal frame.
+ */
+static inline int agent_frame_parse(const uint8_t *buf, size_t n, struct agent_frame *frame,
+                                    size_t *consumed)
+{
+    if (n < 4)
+        return AGENT_PARSE_INCOMPLETE;
+    uint32_t len = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
+    if (len > AGENT_MAX_FRAME)
+        return AGENT_PARSE_INVALID;
+    if (n < AGENT_HEADER_LEN)
+        return AGENT_PARSE_INCOMPLETE;
+    if (buf[4] == 0)
+        return AGENT_PARSE_INVALID;
+    if (n - AGENT_HEADER_LEN < len)
+        return AGENT_PARSE_INCOMPLETE;
+    frame->type = buf[4];
+    frame->len = len;
+    frame->payload = buf + AGENT_HEADER_LEN;
+    *consumed = AGENT_HEADER_LEN + (size_t)len;
+    return AGENT_PARSE_COMPLETE;
+}
+
+/* Decode a RESIZE payload; 0 on success, -1 if it is not exactly 4 bytes. */
+static inline int agent_resize_decode(const struct agent_frame *f, uint16_t *cols, uint16_t *rows)
+{
+    if (f->len != 4)
+        return -1;
+    *cols = (uint16_t)(f->payload[0] << 8 | f->payload[1]);
+    *rows = (uint16_t)(f->payload[2] << 8 | f->payload[3]);
+    return 0;
+}
+
+/* Encode a RESIZE payload. */
+static inline void agent_resize_encode(uint8_t out[4], uint16_t cols, uint16_t rows)
+{
+    out[0] = (uint8_t)(cols >> 8);
+    out[1] = (uint8_t)cols;
+    out[2] = (uint8_t)(rows >> 8);
+    out[3] = (uint8_t)rows;
+}

@@ -1,0 +1,91 @@
+/*
+ * Streamed replies. A producer thread writes the body into a pipe that libmicrohttpd reads
+ * as the client takes it: memory stays bounded by the pipe, a slow client slows the
+ * producer, and a client that goes away makes the producer's next write fail (EPIPE).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api_internal.h"
+#include "common/log.h"
+#include "common/util.h"
+
+struct stream_job {
+    api_stream_fn fn;
+    void *ctx;
+    struct api_stream s;
+    api_t *api;
+    char rid[API_RID_SIZE];
+};
+
+static void *stream_main(void *arg)
+{
+    struct stream_job *job = arg;
+    log_set_request_id(job->rid);
+    job->fn(&job->s, job->ctx);
+    close(job->s.fd);
+    atomic_fetch_sub(&job->api->streams, 1);
+    free(job);
+    return NULL;
+}
+
+bool api_stream_write(struct api_stream *s, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(s->fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return false; /* EPIPE: the client went away */
+        }
+        p += n, len -= (size_t)n;
+    }
+    return !atomic_load(&s->api->stopping);
+}
+
+bool api_stream_wait(struct api_stream *s, int ms)
+{
+    struct pollfd p = {s->fd, 0, 0}; /* POLLERR/POLLHUP arrive unasked */
+    int rc = poll(&p, 1, ms);
+    return !(rc > 0 && (p.revents & (POLLERR | POLLHUP))) && !atomic_load(&s->api->stopping);
+}
+
+int api_reply_stream(api_req_t *r, const char *type, api_stream_fn fn, void *ctx, err_t *err)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return err_sys(err, "pipe");
+    struct stream_job *job = xcalloc(1, sizeof(*job));
+    job->fn = fn;
+    job->ctx = ctx;
+    job->s = (struct api_stream){fds[1], r->api};
+    job->api = r->api;
+    memcpy(job->rid, r->rid, sizeof(job->rid));
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    atomic_fetch_add(&r->api->streams, 1);
+    if (pthread_create(&t, &attr, stream_main, job) != 0) {
+        atomic_fetch_sub(&r->api->streams, 1);
+        pthread_attr_destroy(&attr);
+        close(fds[0]), close(fds[1]);
+        free(job);
+        return err_sys(err, "start a stream");
+    }
+    pthread_attr_destroy(&attr);
+    struct MHD_Response *resp = MHD_create_response_from_pipe(fds[0]);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    r->resp = resp;
+    r->status = 200;
+    return 0;
+}

@@ -1,0 +1,151 @@
+/* The runc driver: every invocation of the OCI runtime goes through here. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "runtime.h"
+
+#define RUNC_TIMEOUT_MS 30000
+
+static struct runtime_config cfg = {"runc", "/run/sandboxer/runc", "/proc/self/exe"};
+
+extern char **environ;
+
+void runtime_configure(const struct runtime_config *c)
+{
+    cfg = *c;
+}
+
+/* Run `runc --root ROOT <args...>` and fail with its stderr when it fails. */
+static int runc(buf_t *out, err_t *err, const char *a0, const char *a1, const char *a2,
+                const char *a3)
+{
+    char *argv[] = {(char *)cfg.runtime, "--root",   (char *)cfg.root, (char *)a0,
+                    (char *)a1,          (char *)a2, (char *)a3,       NULL};
+    return proc_run_ok(argv, RUNC_TIMEOUT_MS, out, err);
+}
+
+int runtime_kill(const char *id, int sig, bool all, err_t *err)
+{
+    char s[16];
+    snprintf(s, sizeof(s), "%d", sig);
+    return all ? runc(NULL, err, "kill", "--all", id, s) : runc(NULL, err, "kill", id, s, NULL);
+}
+
+int runtime_delete(const char *id, err_t *err)
+{
+    err_t e = {0};
+    if (runc(NULL, &e, "delete", "--force", id, NULL) == 0)
+        return 0;
+    if (strstr(e.msg, "does not exist") || strstr(e.msg, "not found"))
+        return 0;
+    *err = e;
+    return -1;
+}
+
+int runtime_pause(const char *id, bool pause, err_t *err)
+{
+    return runc(NULL, err, pause ? "pause" : "resume", id, NULL, NULL);
+}
+
+int runtime_state(const char *id, char *out, size_t size, pid_t *pid, err_t *err)
+{
+    buf_t o = {0};
+    err_t e = {0};
+    if (runc(&o, &e, "state", id, NULL, NULL) < 0) {
+        buf_free(&o);
+        if (strstr(e.msg, "does not exist") || strstr(e.msg, "not found"))
+            return err_set(err, ERR_NOT_FOUND, 0, "not_found", "no container %s", id);
+        *err = e;
+        return -1;
+    }
+    json_t *st _cleanup_json_ = json_loadb(o.data ? o.data : "", o.len, 0, NULL);
+    buf_free(&o);
+    const char *status = json_string_value(json_object_get(st, "status"));
+    snprintf(out, size, "%s", status ? status : "unknown");
+    if (pid)
+        *pid = (pid_t)json_integer_value(json_object_get(st, "pid"));
+    return 0;
+}
+
+/* Start the shim detached: its own session, so a terminal's ^C never reaches sandboxes. */
+static pid_t spawn_shim(const struct shim_paths *p, err_t *err)
+{
+    char logmax[32];
+    snprintf(logmax, sizeof(logmax), "%llu", (unsigned long long)p->log_max);
+    char *argv[] = {(char *)cfg.self_exe,
+                    "internal-shim",
+                    "--id",
+                    (char *)p->id,
+                    "--bundle",
+                    (char *)p->bundle,
+                    "--run-dir",
+                    (char *)p->run_dir,
+                    "--log-dir",
+                    (char *)p->log_dir,
+                    "--log-max",
+                    logmax,
+                    "--runtime",
+                    (char *)cfg.runtime,
+                    "--root",
+                    (char *)cfg.root,
+                    NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+    pid_t pid;
+    int rc = posix_spawn(&pid, cfg.self_exe, &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) {
+        errno = rc;
+        return err_sys(err, "start the shim");
+    }
+    return pid;
+}
+
+pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid, err_t *err)
+{
+    pid_t shim = spawn_shim(p, err);
+    if (shim < 0)
+        return -1;
+    int dirfd _cleanup_close_ = open(p->run_dir, O_DIRECTORY | O_CLOEXEC);
+    double deadline = now_mono_ms() + timeout_ms;
+    char line[64];
+    unsigned delay = 200;
+    while (now_mono_ms() < deadline) {
+        if (read_small_file(dirfd, "init.pid", line, sizeof(line)) && atoi(line) > 0) {
+            *init_pid = atoi(line);
+            return shim;
+        }
+        if (read_small_file(dirfd, "exit", line, sizeof(line)))
+            break; /* runc gave up: the shim wrote the exit status */
+        usleep(delay);
+        if (delay < 5000)
+            delay *= 2;
+    }
+    char why[1024] = "";
+    read_small_file(dirfd, "runc.err", why, sizeof(why));
+    return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s",
+                   why[0] ? ": " : "", why);
+}

@@ -1,0 +1,72 @@
+/* The OCI runtime layer: spec generation with hardening defaults, the runc driver, the shim. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+/* Which cgroup hierarchy the host runs. */
+enum cgroup_mode { CGROUP_V1 = 1, CGROUP_V2 = 2 };
+
+/* Detect cgroup v1 (incl. hybrid) or v2 (unified) once; never assumed. */
+enum cgroup_mode runtime_cgroup_mode(void);
+
+/* What the generated OCI spec needs to know about one sandbox. */
+struct spec_opts {
+    const char *id; /* container id and cgroup leaf */
+    const char *hostname;
+    const char *agent_dir;  /* host dir holding sandboxer-agent (bound ro at /.sandboxer) */
+    const char *sock_dir;   /* host dir for the agent socket (bound at /run/sandboxer) */
+    const char *etc_dir;    /* host dir with hostname, hosts (bound ro into /etc) */
+    const char *netns_path; /* join this netns, or NULL for a new loopback-only one */
+    json_t *env;            /* array of "K=V" strings for the main process (borrowed) */
+    json_t *args;           /* array: the main process argv, may be empty (borrowed) */
+    const char *cwd;        /* working dir, "/" if NULL */
+    const char *user;       /* image/user spec for the main process, NULL = root */
+    double cpus;            /* CPU quota in CPUs */
+    uint64_t memory;        /* bytes */
+    int64_t pids;           /* max tasks */
+};
+
+/* Build the container's config.json (a new reference in *out). */
+int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err);
+
+/* How the daemon runs containers. */
+struct runtime_config {
+    const char *runtime;  /* "runc" (path or name) */
+    const char *root;     /* runc --root */
+    const char *self_exe; /* the sandboxer binary, to start the shim */
+};
+
+/* Set the runtime configuration (once, at start-up). */
+void runtime_configure(const struct runtime_config *cfg);
+
+/* Paths the shim uses for one sandbox. */
+struct shim_paths {
+    const char *id;
+    const char *bundle;  /* holds config.json and rootfs/ */
+    const char *run_dir; /* host-only: shim.pid, init.pid, exit */
+    const char *log_dir; /* main.log (+ main.log.1) */
+    uint64_t log_max;    /* bytes per log file before rotation */
+};
+
+/*
+ * Start the shim for a sandbox (it runs `runc run` and outlives the daemon), wait until the
+ * container's init pid is known. Returns the shim pid; *init_pid gets the container's.
+ */
+pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid, err_t *err);
+
+/* Send a signal to the container's processes (runc kill [--all]). */
+int runtime_kill(const char *id, int sig, bool all, err_t *err);
+/* Forget a container (runc delete --force); fine if it is already gone. */
+int runtime_delete(const char *id, err_t *err);
+/* Container state from runc ("running", "stopped", "paused", …) into out; ERR_NOT_FOUND if none. */
+int runtime_state(const char *id, char *out, size_t size, pid_t *pid, err_t *err);
+/* Freeze or thaw the container (runc pause/resume). */
+int runtime_pause(const char *id, bool pause, err_t *err);
+
+/* The hidden `sandboxer internal-shim` verb. */
+int shim_main(int argc, char **argv);

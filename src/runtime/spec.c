@@ -1,0 +1,261 @@
+/*
+ * The OCI config.json of a sandbox, with the hardening of DESIGN.md invariant 4; every
+ * choice is listed in docs/security.md. The container's PID 1 is sandboxer-agent.
+ */
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "runtime.h"
+
+/* Capabilities the agent (root in the sandbox) keeps: enough to run ordinary software. */
+static const char *const caps[] = {
+    "CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FOWNER",           "CAP_FSETID",
+    "CAP_KILL",    "CAP_SETGID",       "CAP_SETUID",           "CAP_SETPCAP",
+    "CAP_SETFCAP", "CAP_SYS_CHROOT",   "CAP_NET_BIND_SERVICE", "CAP_AUDIT_WRITE",
+};
+
+static const char *const masked_paths[] = {
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+};
+
+static const char *const readonly_paths[] = {
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+};
+
+/* Syscalls no sandbox needs and that widen the kernel's attack surface: EPERM. */
+static const char *const denied_syscalls[] = {
+    "acct",
+    "add_key",
+    "bpf",
+    "clock_adjtime",
+    "clock_settime",
+    "create_module",
+    "delete_module",
+    "finit_module",
+    "fsconfig",
+    "fsmount",
+    "fsopen",
+    "fspick",
+    "get_kernel_syms",
+    "get_mempolicy",
+    "init_module",
+    "ioperm",
+    "iopl",
+    "kcmp",
+    "kexec_file_load",
+    "kexec_load",
+    "keyctl",
+    "lookup_dcookie",
+    "mbind",
+    "mount",
+    "mount_setattr",
+    "move_mount",
+    "move_pages",
+    "name_to_handle_at",
+    "nfsservctl",
+    "open_by_handle_at",
+    "open_tree",
+    "perf_event_open",
+    "pivot_root",
+    "process_vm_readv",
+    "process_vm_writev",
+    "ptrace",
+    "query_module",
+    "quotactl",
+    "quotactl_fd",
+    "reboot",
+    "request_key",
+    "set_mempolicy",
+    "setns",
+    "settimeofday",
+    "stime",
+    "swapoff",
+    "swapon",
+    "sysfs",
+    "syslog",
+    "umount",
+    "umount2",
+    "unshare",
+    "uselib",
+    "userfaultfd",
+    "ustat",
+    "vm86",
+    "vm86old",
+    "adjtimex",
+};
+
+static json_t *str_array(const char *const *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
+static json_t *errno_rule(const char *name, int err)
+{
+    return json_pack("{s:[s], s:s, s:i}", "names", name, "action", "SCMP_ACT_ERRNO", "errnoRet",
+                     err);
+}
+
+static json_t *seccomp(void)
+{
+    json_t *rules = json_array();
+    json_array_append_new(rules, json_pack("{s:o, s:s, s:i}", "names",
+                                           str_array(denied_syscalls, ARRAY_SIZE(denied_syscalls)),
+                                           "action", "SCMP_ACT_ERRNO", "errnoRet", 1));
+    /*
+     * clone with any namespace flag is refused, as unshare is. libseccomp has no
+     * "masked not equal", so one rule per flag: (flags & bit) == bit → EPERM.
+     */
+    static const json_int_t ns_bits[] = {0x00020000, 0x02000000, 0x04000000, 0x08000000,
+                                         0x10000000, 0x20000000, 0x40000000};
+    for (size_t i = 0; i < ARRAY_SIZE(ns_bits); i++) {
+        json_t *r = errno_rule("clone", 1);
+        json_object_set_new(r, "args",
+                            json_pack("[{s:i, s:I, s:I, s:s}]", "index", 0, "value", ns_bits[i],
+                                      "valueTwo", ns_bits[i], "op", "SCMP_CMP_MASKED_EQ"));
+        json_array_append_new(rules, r);
+    }
+    /* clone3's flags live in memory seccomp cannot read: ENOSYS makes libc fall back. */
+    json_array_append_new(rules, errno_rule("clone3", 38));
+    return json_pack("{s:s, s:[s,s,s], s:o}", "defaultAction", "SCMP_ACT_ALLOW", "architectures",
+                     "SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "syscalls", rules);
+}
+
+static json_t *mount(const char *dest, const char *type, const char *src, json_t *opts)
+{
+    return json_pack("{s:s, s:s, s:s, s:o}", "destination", dest, "type", type, "source", src,
+                     "options", opts);
+}
+
+static json_t *bind(const char *dest, const char *src, bool ro)
+{
+    return mount(
+        dest, "bind", src,
+        json_pack("[s,s,s,s,s]", "rbind", ro ? "ro" : "rw", "nosuid", "nodev", "rprivate"));
+}
+
+static json_t *mounts(const struct spec_opts *o)
+{
+    json_t *m = json_array();
+    json_array_append_new(
+        m, mount("/proc", "proc", "proc", json_pack("[s,s,s]", "nosuid", "noexec", "nodev")));
+    json_array_append_new(
+        m, mount("/dev", "tmpfs", "tmpfs",
+                 json_pack("[s,s,s,s]", "nosuid", "strictatime", "mode=755", "size=65536k")));
+    json_array_append_new(m, mount("/dev/pts", "devpts", "devpts",
+                                   json_pack("[s,s,s,s,s,s]", "nosuid", "noexec", "newinstance",
+                                             "ptmxmode=0666", "mode=0620", "gid=5")));
+    json_array_append_new(m, mount("/dev/shm", "tmpfs", "shm",
+                                   json_pack("[s,s,s,s,s]", "nosuid", "noexec", "nodev",
+                                             "mode=1777", "size=65536k")));
+    json_array_append_new(m, mount("/dev/mqueue", "mqueue", "mqueue",
+                                   json_pack("[s,s,s]", "nosuid", "noexec", "nodev")));
+    json_array_append_new(m, mount("/sys", "sysfs", "sysfs",
+                                   json_pack("[s,s,s,s]", "nosuid", "noexec", "nodev", "ro")));
+    json_array_append_new(
+        m, mount("/sys/fs/cgroup", "cgroup", "cgroup",
+                 json_pack("[s,s,s,s,s]", "nosuid", "noexec", "nodev", "relatime", "ro")));
+    json_array_append_new(
+        m, mount("/run", "tmpfs", "tmpfs",
+                 json_pack("[s,s,s,s]", "nosuid", "nodev", "mode=755", "size=65536k")));
+    json_array_append_new(m, bind("/run/sandboxer", o->sock_dir, false));
+    json_array_append_new(m, bind("/.sandboxer", o->agent_dir, true));
+    _cleanup_free_ char *hostname = xasprintf("%s/hostname", o->etc_dir);
+    _cleanup_free_ char *hosts = xasprintf("%s/hosts", o->etc_dir);
+    json_array_append_new(m, bind("/etc/hostname", hostname, true));
+    json_array_append_new(m, bind("/etc/hosts", hosts, true));
+    return m;
+}
+
+/* rlimits never above the host's hard limits: the daemon cannot raise them. */
+static json_t *rlimits(void)
+{
+    struct rlimit nofile = {1024, 1024}, nproc = {4096, 4096};
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    getrlimit(RLIMIT_NPROC, &nproc);
+    rlim_t nofile_hard = nofile.rlim_max == RLIM_INFINITY ? 1048576 : nofile.rlim_max;
+    rlim_t nofile_soft = nofile_hard < 1024 ? nofile_hard : 1024;
+    rlim_t nproc_hard = nproc.rlim_max == RLIM_INFINITY ? 1048576 : nproc.rlim_max;
+    return json_pack("[{s:s, s:I, s:I}, {s:s, s:I, s:I}]", "type", "RLIMIT_NOFILE", "hard",
+                     (json_int_t)nofile_hard, "soft", (json_int_t)nofile_soft, "type",
+                     "RLIMIT_NPROC", "hard", (json_int_t)nproc_hard, "soft",
+                     (json_int_t)nproc_hard);
+}
+
+static json_t *process(const struct spec_opts *o)
+{
+    json_t *args = json_pack("[s,s,s]", "/.sandboxer/sandboxer-agent", "--socket",
+                             "/run/sandboxer/agent.sock");
+    if (o->user && *o->user) {
+        json_array_append_new(args, json_string("--user"));
+        json_array_append_new(args, json_string(o->user));
+    }
+    json_array_append_new(args, json_string("--"));
+    json_array_extend(args, o->args);
+    json_t *c = str_array(caps, ARRAY_SIZE(caps));
+    return json_pack("{s:b, s:{s:i, s:i}, s:o, s:O, s:s, s:{s:O, s:O, s:o}, s:o, s:b}", "terminal",
+                     0, "user", "uid", 0, "gid", 0, "args", args, "env", o->env, "cwd",
+                     o->cwd && *o->cwd ? o->cwd : "/", "capabilities", "bounding", c, "effective",
+                     c, "permitted", c, "rlimits", rlimits(), "noNewPrivileges", 1);
+}
+
+static bool swap_limit_supported(void)
+{
+    return runtime_cgroup_mode() == CGROUP_V2 ||
+           access("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes", F_OK) == 0;
+}
+
+static json_t *resources(const struct spec_opts *o)
+{
+    json_t *mem = json_pack("{s:I}", "limit", (json_int_t)o->memory);
+    if (swap_limit_supported()) /* no swap beyond the memory limit */
+        json_object_set_new(mem, "swap", json_integer((json_int_t)o->memory));
+    json_int_t period = 100000;
+    return json_pack("{s:[{s:b, s:s}], s:o, s:{s:I, s:I}, s:{s:I}}", "devices", "allow", 0,
+                     "access", "rwm", "memory", mem, "cpu", "quota",
+                     (json_int_t)(o->cpus * (double)period), "period", period, "pids", "limit",
+                     (json_int_t)o->pids);
+}
+
+static json_t *namespaces(const struct spec_opts *o)
+{
+    json_t *ns = json_pack("[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}]", "type", "pid", "type", "ipc",
+                           "type", "uts", "type", "mount", "type", "cgroup");
+    json_t *net = json_pack("{s:s}", "type", "network");
+    if (o->netns_path)
+        json_object_set_new(net, "path", json_string(o->netns_path));
+    json_array_append_new(ns, net);
+    return ns;
+}
+
+int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err)
+{
+    _cleanup_free_ char *cgpath = xasprintf("/sandboxer/%s", o->id);
+    json_t *linux_ =
+        json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:s}}", "cgroupsPath", cgpath,
+                  "resources", resources(o), "namespaces", namespaces(o), "maskedPaths",
+                  str_array(masked_paths, ARRAY_SIZE(masked_paths)), "readonlyPaths",
+                  str_array(readonly_paths, ARRAY_SIZE(readonly_paths)), "seccomp", seccomp(),
+                  "devices", json_array(), "sysctl", "net.ipv4.ping_group_range", "0 2147483647");
+    json_t *spec = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2",
+                             "process", process(o), "root", "path", "rootfs", "readonly", 0,
+                             "hostname", o->hostname, "mounts", mounts(o), "linux", linux_);
+    if (!spec || !linux_)
+        return err_set(err, ERR_INTERNAL, 0, "internal", "cannot build the OCI spec");
+    *out = spec;
+    return 0;
+}

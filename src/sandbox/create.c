@@ -1,0 +1,243 @@
+/* Create: validate, make the row (intent first), storage, spec, start, wait for the agent. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agentc/agent_client.h"
+#include "common/cleanup.h"
+#include "common/id.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "runtime/runtime.h"
+#include "sandbox_internal.h"
+#include "storage/storage.h"
+
+#define START_TIMEOUT_MS 20000
+
+/* Image Env, then the request's env over it, as "K=V" strings. */
+static json_t *merged_env(const json_t *img_cfg, json_t *env, const char *hostname)
+{
+    json_t *map = json_object();
+    json_t *v;
+    size_t i;
+    json_array_foreach(json_object_get(img_cfg, "Env"), i, v)
+    {
+        const char *kv = json_string_value(v);
+        const char *eq = kv ? strchr(kv, '=') : NULL;
+        if (eq && eq != kv) {
+            char *k = xstrndup(kv, (size_t)(eq - kv));
+            json_object_set_new(map, k, json_string(eq + 1));
+            free(k);
+        }
+    }
+    if (!json_object_get(map, "PATH"))
+        json_object_set_new(map, "PATH",
+                            json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                                        "/sbin:/bin"));
+    json_object_set_new(map, "HOSTNAME", json_string(hostname));
+    if (env)
+        json_object_update(map, env);
+    json_t *out = json_array();
+    const char *k;
+    json_object_foreach(map, k, v)
+    {
+        char *kv = xasprintf("%s=%s", k, json_string_value(v));
+        json_array_append_new(out, json_string(kv));
+        free(kv);
+    }
+    json_decref(map);
+    return out;
+}
+
+/* The main process: args if given, else Entrypoint + Cmd; may be empty (idle). */
+static json_t *main_argv(const json_t *img_cfg, json_t *args)
+{
+    if (args)
+        return json_deep_copy(args);
+    json_t *out = json_array();
+    json_t *ep = json_object_get(img_cfg, "Entrypoint");
+    json_t *cmd = json_object_get(img_cfg, "Cmd");
+    if (json_is_array(ep))
+        json_array_extend(out, ep);
+    if (json_is_array(cmd))
+        json_array_extend(out, cmd);
+    return out;
+}
+
+static int write_file(const char *dir, const char *name, const char *text, err_t *err)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s", dir, name);
+    int fd _cleanup_close_ =
+        open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        return err_sys(err, "write %s", path);
+    return 0;
+}
+
+static int make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err)
+{
+    const char *dirs[] = {p->dir, p->bundle, p->rootfs, p->upper, p->work,
+                          p->run, p->sock,   p->logs,   p->etc};
+    for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
+        if (mkdir(dirs[i], i == 0 ? 0711 : 0755) < 0)
+            return err_sys(err, "create %s", dirs[i]);
+    chmod(p->run, 0700);
+    chmod(p->logs, 0700);
+    _cleanup_free_ char *hostname_nl = xasprintf("%s\n", hostname);
+    _cleanup_free_ char *hosts = xasprintf("127.0.0.1\tlocalhost\n::1\tlocalhost "
+                                           "ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
+                                           hostname);
+    return write_file(p->etc, "hostname", hostname_nl, err) < 0 ||
+                   write_file(p->etc, "hosts", hosts, err) < 0
+               ? -1
+               : 0;
+}
+
+/* Everything we keep about the sandbox beyond the columns. */
+static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, const image_t *img,
+                         json_t *env, json_t *argv)
+{
+    json_t *res =
+        json_pack("{s:f, s:I, s:I, s:n}", "cpus", q->cpus > 0 ? q->cpus : m->cfg.default_cpus,
+                  "memory", (json_int_t)(q->memory ? q->memory : m->cfg.default_memory), "pids",
+                  (json_int_t)(q->pids > 0 ? q->pids : m->cfg.default_pids), "disk");
+    const char *user = json_string_value(json_object_get(img->config, "User"));
+    const char *cwd = json_string_value(json_object_get(img->config, "WorkingDir"));
+    json_t *spec = json_pack("{s:o, s:O, s:O, s:s, s:s?, s:s, s:s, s:O?, s:I}", "resources", res,
+                             "env", env, "args", argv, "image_digest", img->digest, "user",
+                             user && *user ? user : NULL, "cwd", cwd && *cwd ? cwd : "/", "network",
+                             q->network ? q->network : "none", "ports", q->ports, "idle_timeout",
+                             (json_int_t)(q->idle_timeout >= 0 ? q->idle_timeout : 0));
+    json_t *exposed = json_object_get(img->config, "ExposedPorts");
+    if (json_is_object(exposed))
+        json_object_set(spec, "exposed_ports", exposed);
+    return spec;
+}
+
+/* Prepare storage and bundle and boot: 0 running, 1 already exited, -1 failed. */
+static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                           const image_t *img, const struct sbx_paths *p, err_t *err)
+{
+    if (make_dirs(p, r->hostname, err) < 0 ||
+        storage_mount_overlay(img->layer_dirs, img->n_layers, p->upper, p->work, p->rootfs, err) <
+            0)
+        return -1;
+    json_t *res = json_object_get(r->spec, "resources");
+    struct spec_opts so = {
+        .id = r->id,
+        .hostname = r->hostname,
+        .agent_dir = m->agent_dir,
+        .sock_dir = p->sock,
+        .etc_dir = p->etc,
+        .env = json_object_get(r->spec, "env"),
+        .args = json_object_get(r->spec, "args"),
+        .cwd = json_string_value(json_object_get(r->spec, "cwd")),
+        .user = json_string_value(json_object_get(r->spec, "user")),
+        .cpus = json_number_value(json_object_get(res, "cpus")),
+        .memory = (uint64_t)json_integer_value(json_object_get(res, "memory")),
+        .pids = json_integer_value(json_object_get(res, "pids")),
+    };
+    json_t *spec _cleanup_json_ = NULL;
+    _cleanup_free_ char *config = xasprintf("%s/config.json", p->bundle);
+    if (runtime_spec_build(&so, &spec, err) < 0)
+        return -1;
+    if (json_dump_file(spec, config, JSON_COMPACT) < 0)
+        return err_sys(err, "write %s", config);
+    return sbx_boot(m, l, p, err);
+}
+
+int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err)
+{
+    struct shim_paths sp = {l->id, p->bundle, p->run, p->logs, m->cfg.log_max};
+    l->shim_pid = runtime_start(&sp, START_TIMEOUT_MS, &l->init_pid, err);
+    if (l->shim_pid <= 0 || sbx_watch(m, l, err) < 0)
+        return -1;
+    int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int run_fd _cleanup_close_ = open(p->run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    double deadline = now_mono_ms() + START_TIMEOUT_MS;
+    /* Until the agent answers, or the main process has already finished (hello-world). */
+    while (now_mono_ms() < deadline) {
+        err_t e = {0};
+        if (agentc_wait_ready(dirfd, "agent.sock", l->init_pid, 50, &e) == 0)
+            return 0;
+        if (faccessat(run_fd, "exit", F_OK, 0) == 0)
+            return 1;
+        *err = e;
+    }
+    return err_prefix(err, "the sandbox's agent did not answer");
+}
+
+static void fill_record(sandbox_rec_t *r, const user_t *owner, const struct sbx_create_req *q,
+                        const char *ref)
+{
+    memset(r, 0, sizeof(*r));
+    id_random_hex(r->id, 32);
+    id_ulid(r->name);
+    r->owner_id = owner->id;
+    snprintf(r->label, sizeof(r->label), "%s", q->label ? q->label : "");
+    snprintf(r->image, sizeof(r->image), "%s", ref);
+    snprintf(r->status, sizeof(r->status), "creating");
+    snprintf(r->intent, sizeof(r->intent), "create");
+    snprintf(r->hostname, sizeof(r->hostname), "%.12s", r->id);
+    if (q->hostname)
+        snprintf(r->hostname, sizeof(r->hostname), "%s", q->hostname);
+    r->created_at = r->last_active_at = now_unix();
+    r->is_public = q->is_public == 1;
+    r->interactive = q->interactive == 1;
+    snprintf(r->runtime, sizeof(r->runtime), "runc");
+}
+
+int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q, json_t **out,
+               err_t *err)
+{
+    char ref[512];
+    image_t *img = NULL;
+    if (image_ref_normalize(q->image, ref, sizeof(ref), err) < 0 ||
+        image_ensure(m->images, ref, &img, err) < 0)
+        return -1;
+    sandbox_rec_t r;
+    fill_record(&r, owner, q, img->ref);
+    json_t *env = merged_env(img->config, q->env, r.hostname);
+    json_t *argv = main_argv(img->config, q->args);
+    r.spec = make_spec(q, m, img, env, argv);
+    json_decref(env);
+    json_decref(argv);
+    struct sbx_paths p;
+    sbx_paths_init(m, r.id, &p);
+    /* Held until the status is recorded, so an early exit is seen after it. */
+    struct sbx_live *l = sbx_live_get(m, r.id, true);
+    pthread_rwlock_wrlock(&l->lock);
+    int rc = store_sandbox_insert(m->store, &r, err);
+    if (rc == 0 && (rc = start_container(m, l, &r, img, &p, err)) < 0) {
+        log_warn("sandbox.create_failed", "sandbox=%s code=%s", r.id, err->code);
+        sbx_teardown(m, r.id, true, NULL);
+        store_sandbox_purge(m->store, r.id, NULL);
+    }
+    if (rc == 1) { /* the main process already ended */
+        sbx_finish_exit(m, r.id);
+        rc = 0;
+    } else if (rc == 0) {
+        rc = store_sandbox_set_status(m->store, r.id, "running", NULL, false, 0, err);
+    }
+    pthread_rwlock_unlock(&l->lock);
+    sbx_live_put(m, l);
+    if (rc == 0) {
+        char id[sizeof(r.id)];
+        memcpy(id, r.id, sizeof(id));
+        store_sandbox_rec_clear(&r); /* read back: the status is the one recorded */
+        store_sandbox_get(m->store, -1, id, &r, NULL);
+        log_info("sandbox.created", "sandbox=%s image=%s user=%s status=%s", r.id, r.image,
+                 owner->name, r.status);
+        *out = sbx_to_json(m, &r);
+    } else {
+        sbx_live_remove(m, r.id);
+    }
+    sbx_paths_free(&p);
+    store_sandbox_rec_clear(&r);
+    image_free(img);
+    return rc;
+}

@@ -1,0 +1,177 @@
+/* Exec: through the sandbox's agent, recorded with its output in the store. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agentc/agent_client.h"
+#include "common/cleanup.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "sandbox_internal.h"
+
+int sbx_check_exec_argv(json_t *argv, json_t *env, err_t *err)
+{
+    if (sbx_check_argv(argv, "argv", true, err) < 0)
+        return -1;
+    if (json_string_length(json_array_get(argv, 0)) == 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_field", "argv[0] must not be empty");
+    const char *k;
+    json_t *v;
+    json_object_foreach(env, k, v)
+    {
+        if (!*k || strchr(k, '=') || !json_is_string(v) ||
+            strlen(json_string_value(v)) != json_string_length(v))
+            return err_set(err, ERR_INVALID, 0, "invalid_field",
+                           "env must map names (no '=') to strings without NUL bytes");
+    }
+    return 0;
+}
+
+/* 409 unless the sandbox runs; the message says what it is instead. */
+static int require_running(const sandbox_rec_t *r, err_t *err)
+{
+    if (strcmp(r->status, "running") == 0 && !r->intent[0])
+        return 0;
+    if (r->intent[0])
+        return err_set(err, ERR_CONFLICT, 0, "sandbox_busy", "the sandbox is being %sd", r->intent);
+    if (strcmp(r->status, "paused") == 0)
+        return err_set(err, ERR_CONFLICT, 0, "sandbox_paused",
+                       "the sandbox is paused; unpause it first");
+    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s, not running",
+                   r->status);
+}
+
+int sbx_exec_check(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err)
+{
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return -1;
+    int rc = require_running(&r, err);
+    store_sandbox_rec_clear(&r);
+    return rc;
+}
+
+/* Where output goes while an exec runs. */
+struct exec_ctx {
+    sbx_mgr_t *m;
+    int64_t eid;
+    sbx_output_fn sink;
+    void *sink_ctx;
+    struct sbx_exec_result *res;
+    uint64_t seen[2];
+};
+
+static int on_output(void *data, uint8_t type, const uint8_t *p, size_t n)
+{
+    struct exec_ctx *c = data;
+    int k = type == AGENT_STDERR;
+    uint64_t max = c->m->cfg.exec_output_max;
+    size_t keep = c->seen[k] >= max ? 0 : (size_t)(max - c->seen[k] < n ? max - c->seen[k] : n);
+    c->seen[k] += n;
+    if (keep < n)
+        *(k ? &c->res->stderr_truncated : &c->res->stdout_truncated) = true;
+    if (keep == 0)
+        return 0; /* past the cap: dropped, the process keeps running */
+    store_exec_log(c->m->store, c->eid, k + 1, p, keep, NULL);
+    if (c->sink)
+        return c->sink(c->sink_ctx, k + 1, (const char *)p, keep) ? 0 : -1;
+    buf_append(k ? &c->res->err : &c->res->out, p, keep);
+    return 0;
+}
+
+/* NULL-terminated string vectors borrowed from the JSON. */
+static const char **argv_vec(json_t *arr)
+{
+    const char **v = xcalloc(json_array_size(arr) + 1, sizeof(*v));
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        v[i] = json_string_value(json_array_get(arr, i));
+    return v;
+}
+
+static char **env_vec(json_t *env)
+{
+    if (!env)
+        return NULL;
+    char **v = xcalloc(json_object_size(env) + 1, sizeof(*v));
+    size_t i = 0;
+    const char *k;
+    json_t *val;
+    json_object_foreach(env, k, val) v[i++] = xasprintf("%s=%s", k, json_string_value(val));
+    return v;
+}
+
+static void env_vec_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exec_req *q,
+                          struct exec_ctx *c, err_t *err)
+{
+    _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
+    int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd _cleanup_close_ = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
+    if (fd < 0)
+        return -1;
+    _cleanup_free_ const char **argv = argv_vec(q->argv);
+    char **env = env_vec(q->env);
+    struct agentc_exec_req ar = {
+        .argv = argv,
+        .env = (const char *const *)env,
+        .cwd = q->cwd,
+        .user = q->user,
+        .timeout_ms = q->timeout_s > 0 ? (int64_t)(q->timeout_s * 1000) : 0,
+        .stdin_pipe = q->has_stdin,
+        .stdin_data = q->stdin_data,
+        .stdin_len = q->stdin_len,
+    };
+    struct agentc_exec_result ares = {0};
+    int wait_ms = ar.timeout_ms > 0 ? (int)(ar.timeout_ms + 10000) : 0;
+    int rc = agentc_exec(fd, &ar, on_output, c, wait_ms, &ares, err);
+    env_vec_free(env);
+    if (rc == 0) {
+        c->res->exit_code = ares.exit.exit_code;
+        c->res->timed_out = ares.exit.timed_out;
+        if (ares.error_code[0] && c->sink == NULL) /* "not found": say why on stderr */
+            buf_printf(&c->res->err, "%s\n", ares.error_msg);
+        else if (ares.error_code[0])
+            c->sink(c->sink_ctx, 2, ares.error_msg, strlen(ares.error_msg));
+    }
+    return rc;
+}
+
+int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sbx_exec_req *q,
+             sbx_output_fn sink, void *ctx, struct sbx_exec_result *res, err_t *err)
+{
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return -1;
+    struct sbx_live *l = NULL;
+    int rc = require_running(&r, err);
+    if (rc == 0 && !(l = sbx_live_get(m, r.id, false)))
+        rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is not running");
+    if (rc == 0) {
+        pthread_rwlock_rdlock(&l->lock);
+        if (atomic_fetch_add(&l->execs, 1) >= (int)m->cfg.max_execs)
+            rc = err_set(err, ERR_LIMIT, 0, "too_many_execs", "the sandbox already runs %u execs",
+                         m->cfg.max_execs);
+        struct exec_ctx c = {m, 0, sink, ctx, res, {0, 0}};
+        if (rc == 0)
+            rc = store_exec_begin(m->store, r.id, q->command, &c.eid, err);
+        if (rc == 0) {
+            res->execution_id = c.eid;
+            rc = run_agent_exec(m, l, q, &c, err);
+            store_exec_end(m->store, c.eid, rc == 0 ? res->exit_code : -1, NULL);
+            store_sandbox_touch(m->store, r.id);
+        }
+        atomic_fetch_sub(&l->execs, 1);
+        pthread_rwlock_unlock(&l->lock);
+        sbx_live_put(m, l);
+    }
+    store_sandbox_rec_clear(&r);
+    return rc;
+}

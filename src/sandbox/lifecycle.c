@@ -1,0 +1,287 @@
+/* Reading, updating and deleting sandboxes; exits; reconcile after a restart. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "runtime/runtime.h"
+#include "sandbox_internal.h"
+#include "storage/storage.h"
+
+int sbx_lookup(sbx_mgr_t *m, const user_t *owner, const char *key, sandbox_rec_t *rec, err_t *err)
+{
+    /* Unknown and foreign ids get the same answer (DESIGN invariant 2). */
+    if (!key || !*key || strlen(key) > 64)
+        return err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox");
+    return store_sandbox_get(m->store, owner->id, key, rec, err);
+}
+
+static json_t *num_or_null(bool has, double v)
+{
+    return has ? json_real(v) : json_null();
+}
+
+json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r)
+{
+    json_t *res = json_object_get(r->spec, "resources");
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", r->id, "name", r->name, "label",
+                          r->label, "image", r->image, "status", r->status, "runtime", r->runtime);
+    json_object_set_new(j, "exit_code",
+                        r->has_exit_code ? json_integer(r->exit_code) : json_null());
+    json_object_set_new(j, "hostname", json_string(r->hostname));
+    json_object_set_new(j, "ip_address",
+                        r->ip_address[0] ? json_string(r->ip_address) : json_null());
+    json_object_set_new(j, "parent_id", r->parent_id[0] ? json_string(r->parent_id) : json_null());
+    json_object_set_new(j, "child_ids", store_sandbox_child_ids(m->store, r->id));
+    json_object_set_new(j, "created_at", json_real(r->created_at));
+    json_object_set_new(j, "last_active_at", json_real(r->last_active_at));
+    json_object_set_new(j, "deleted_at", num_or_null(r->deleted_at > 0, r->deleted_at));
+    json_object_set_new(j, "delete_reason",
+                        r->delete_reason[0] ? json_string(r->delete_reason) : json_null());
+    json_object_set_new(j, "is_public", json_boolean(r->is_public));
+    json_object_set_new(j, "interactive", json_boolean(r->interactive));
+    json_object_set_new(j, "url", json_null()); /* set once the inbound proxy exists */
+    json_object_set_new(j, "resources", res ? json_deep_copy(res) : json_object());
+    return j;
+}
+
+int sbx_get(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err)
+{
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return -1;
+    *out = sbx_to_json(m, &r);
+    store_sandbox_rec_clear(&r);
+    return 0;
+}
+
+int sbx_list(sbx_mgr_t *m, const user_t *owner, json_t **out, err_t *err)
+{
+    sandbox_rec_t *items = NULL;
+    size_t n = 0;
+    if (store_sandbox_list(m->store, owner->id, &items, &n, err) < 0)
+        return -1;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, sbx_to_json(m, &items[i]));
+    store_sandbox_list_free(items, n);
+    *out = arr;
+    return 0;
+}
+
+int sbx_update(sbx_mgr_t *m, const user_t *owner, const char *key, const char *label, int is_public,
+               json_t **out, err_t *err)
+{
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return -1;
+    int rc = store_sandbox_update(m->store, r.id, label, is_public, err);
+    if (rc == 0) {
+        *out = json_pack("{s:s}", "id", r.id);
+        if (label)
+            json_object_set_new(*out, "label", json_string(label));
+        if (is_public >= 0)
+            json_object_set_new(*out, "public", json_boolean(is_public));
+    }
+    store_sandbox_rec_clear(&r);
+    return rc;
+}
+
+/* Wait (bounded) for the shim of id to end, if we know it. */
+static void wait_shim(sbx_mgr_t *m, const char *id, int timeout_ms)
+{
+    struct sbx_live *l = sbx_live_get(m, id, false);
+    if (!l)
+        return;
+    int fd = l->shim_pid > 0 ? proc_pidfd_open(l->shim_pid) : -1;
+    if (fd >= 0) {
+        struct pollfd p = {fd, POLLIN, 0};
+        poll(&p, 1, timeout_ms);
+        close(fd);
+    }
+    sbx_live_put(m, l);
+}
+
+int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
+{
+    err_t e = {0};
+    runtime_kill(id, SIGKILL, true, &e); /* fails harmlessly when nothing runs */
+    wait_shim(m, id, 10000);
+    int rc = runtime_delete(id, err);
+    struct sbx_paths p;
+    sbx_paths_init(m, id, &p);
+    if (rc == 0)
+        rc = storage_umount(p.rootfs, err);
+    if (rc == 0 && remove_dirs)
+        rc = storage_remove_tree(p.dir, err);
+    sbx_paths_free(&p);
+    return rc;
+}
+
+int sbx_delete(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err)
+{
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return -1;
+    int rc = 0;
+    /* The intent first: a daemon killed mid-way finishes the delete on start. */
+    if (strcmp(r.status, "terminated") != 0)
+        rc = store_sandbox_set_status(m->store, r.id, r.status, "delete", false, 0, err);
+    /* Killing first ends running execs, which hold the sandbox's lock for reading. */
+    err_t ignored = {0};
+    if (rc == 0 && strcmp(r.status, "terminated") != 0)
+        runtime_kill(r.id, SIGKILL, true, &ignored);
+    struct sbx_live *l = sbx_live_get(m, r.id, true);
+    pthread_rwlock_wrlock(&l->lock);
+    if (rc == 0 && strcmp(r.status, "terminated") != 0) {
+        rc = sbx_teardown(m, r.id, true, err);
+        if (rc == 0)
+            rc = store_sandbox_set_deleted(m->store, r.id, "deleted", err);
+        if (rc == 0)
+            log_info("sandbox.deleted", "sandbox=%s user=%s", r.id, owner->name);
+    }
+    pthread_rwlock_unlock(&l->lock);
+    sbx_live_put(m, l);
+    if (rc == 0) {
+        sbx_live_remove(m, r.id);
+        *out = json_pack("{s:s, s:s}", "id", r.id, "status", "terminated");
+    }
+    store_sandbox_rec_clear(&r);
+    return rc;
+}
+
+/* The exit code the shim recorded, or -1 if it recorded none. */
+static int recorded_exit(sbx_mgr_t *m, const char *id)
+{
+    struct sbx_paths p;
+    sbx_paths_init(m, id, &p);
+    int fd = open(p.run, O_DIRECTORY | O_CLOEXEC);
+    char line[32];
+    int code = fd >= 0 && read_small_file(fd, "exit", line, sizeof(line)) ? atoi(line) : -1;
+    if (fd >= 0)
+        close(fd);
+    sbx_paths_free(&p);
+    return code;
+}
+
+/* Mark an ended container exited and release what it held, keeping its files and logs. */
+static void finish_exit(sbx_mgr_t *m, const char *id, int code)
+{
+    err_t err = {0};
+    store_sandbox_set_status(m->store, id, "exited", NULL, code >= 0, code, &err);
+    if (sbx_teardown(m, id, false, &err) < 0)
+        log_warn("sandbox.cleanup_failed", "sandbox=%s msg=\"%s\"", id, err.msg);
+    log_info("sandbox.exited", "sandbox=%s exit_code=%d", id, code);
+}
+
+void sbx_finish_exit(sbx_mgr_t *m, const char *id)
+{
+    finish_exit(m, id, recorded_exit(m, id));
+}
+
+void sbx_on_exit(sbx_mgr_t *m, const char *id)
+{
+    struct sbx_live *l = sbx_live_get(m, id, false);
+    if (!l)
+        return;
+    pthread_rwlock_wrlock(&l->lock);
+    sandbox_rec_t r;
+    err_t err = {0};
+    if (store_sandbox_get(m->store, -1, id, &r, &err) == 0) {
+        if (strcmp(r.status, "running") == 0 && !r.intent[0])
+            finish_exit(m, id, recorded_exit(m, id));
+        store_sandbox_rec_clear(&r);
+    }
+    pthread_rwlock_unlock(&l->lock);
+    sbx_live_put(m, l);
+}
+
+/* The shim of id still runs: its pid file names a live `sandboxer internal-shim`. */
+static pid_t live_shim(sbx_mgr_t *m, const char *id, pid_t *init_pid)
+{
+    struct sbx_paths p;
+    sbx_paths_init(m, id, &p);
+    int fd _cleanup_close_ = open(p.run, O_DIRECTORY | O_CLOEXEC);
+    sbx_paths_free(&p);
+    char line[32], cmd[512] = "";
+    if (fd < 0 || !read_small_file(fd, "shim.pid", line, sizeof(line)))
+        return -1;
+    pid_t pid = atoi(line);
+    if (read_small_file(fd, "init.pid", line, sizeof(line)))
+        *init_pid = atoi(line);
+    _cleanup_free_ char *proc = xasprintf("/proc/%d/cmdline", (int)pid);
+    int pfd _cleanup_close_ = open(proc, O_RDONLY | O_CLOEXEC);
+    ssize_t n = pfd >= 0 ? read(pfd, cmd, sizeof(cmd) - 1) : -1;
+    if (n <= 0)
+        return -1;
+    for (ssize_t i = 0; i < n; i++)
+        if (cmd[i] == '\0')
+            cmd[i] = ' ';
+    cmd[n] = '\0';
+    return strstr(cmd, "internal-shim") && strstr(cmd, id) ? pid : -1;
+}
+
+static void reconcile_one(sbx_mgr_t *m, sandbox_rec_t *r)
+{
+    err_t err = {0};
+    if (strcmp(r->intent, "create") == 0) {
+        /* A create that never answered: nothing half-made survives. */
+        sbx_teardown(m, r->id, true, &err);
+        store_sandbox_purge(m->store, r->id, &err);
+        log_info("reconcile.create_undone", "sandbox=%s", r->id);
+    } else if (strcmp(r->intent, "delete") == 0) {
+        if (sbx_teardown(m, r->id, true, &err) == 0)
+            store_sandbox_set_deleted(m->store, r->id, "deleted", &err);
+        log_info("reconcile.delete_finished", "sandbox=%s", r->id);
+    } else if (strcmp(r->status, "running") == 0 || strcmp(r->status, "paused") == 0) {
+        pid_t init_pid = -1, shim = live_shim(m, r->id, &init_pid);
+        if (shim > 0) {
+            struct sbx_live *l = sbx_live_get(m, r->id, true);
+            l->shim_pid = shim;
+            l->init_pid = init_pid;
+            if (sbx_watch(m, l, &err) < 0)
+                log_warn("reconcile.watch_failed", "sandbox=%s", r->id);
+            sbx_live_put(m, l);
+            log_info("reconcile.running", "sandbox=%s", r->id);
+            return;
+        }
+        /* Its container is gone: marked exited (code if the shim recorded one), kept. */
+        int code = recorded_exit(m, r->id);
+        finish_exit(m, r->id, code);
+        log_warn("reconcile.container_gone", "sandbox=%s exit_code=%d", r->id, code);
+    }
+}
+
+int sbx_reconcile(sbx_mgr_t *m, err_t *err)
+{
+    sandbox_rec_t *items = NULL;
+    size_t n = 0;
+    if (store_sandbox_list_live(m->store, &items, &n, err) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        reconcile_one(m, &items[i]);
+    store_sandbox_list_free(items, n);
+    return 0;
+}
+
+bool sbx_image_in_use(sbx_mgr_t *m, const char *ref)
+{
+    sandbox_rec_t *items = NULL;
+    size_t n = 0;
+    bool used = false;
+    if (store_sandbox_list_live(m->store, &items, &n, NULL) < 0)
+        return true; /* when in doubt, keep the image */
+    for (size_t i = 0; i < n && !used; i++)
+        used = strcmp(items[i].image, ref) == 0;
+    store_sandbox_list_free(items, n);
+    return used;
+}

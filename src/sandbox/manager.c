@@ -1,0 +1,223 @@
+/* The manager: paths, the live table, the shim exit watcher, start-up and shutdown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "runtime/runtime.h"
+#include "sandbox_internal.h"
+
+void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p)
+{
+    p->dir = xasprintf("%s/%s", m->sandboxes_dir, id);
+    p->bundle = xasprintf("%s/bundle", p->dir);
+    p->rootfs = xasprintf("%s/bundle/rootfs", p->dir);
+    p->upper = xasprintf("%s/upper", p->dir);
+    p->work = xasprintf("%s/work", p->dir);
+    p->run = xasprintf("%s/run", p->dir);
+    p->sock = xasprintf("%s/sock", p->dir);
+    p->logs = xasprintf("%s/logs", p->dir);
+    p->etc = xasprintf("%s/etc", p->dir);
+}
+
+void sbx_paths_free(struct sbx_paths *p)
+{
+    char **all[] = {&p->dir, &p->bundle, &p->rootfs, &p->upper, &p->work,
+                    &p->run, &p->sock,   &p->logs,   &p->etc};
+    for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create)
+{
+    pthread_mutex_lock(&m->lock);
+    struct sbx_live *l = m->live;
+    while (l && strcmp(l->id, id) != 0)
+        l = l->next;
+    if (!l && create) {
+        l = xcalloc(1, sizeof(*l));
+        snprintf(l->id, sizeof(l->id), "%s", id);
+        pthread_rwlock_init(&l->lock, NULL);
+        l->shim_pidfd = -1;
+        l->refs = 1; /* the list's own reference */
+        l->next = m->live;
+        m->live = l;
+    }
+    if (l)
+        l->refs++;
+    pthread_mutex_unlock(&m->lock);
+    return l;
+}
+
+static void live_free(sbx_mgr_t *m, struct sbx_live *l)
+{
+    if (l->shim_pidfd >= 0) {
+        epoll_ctl(m->epfd, EPOLL_CTL_DEL, l->shim_pidfd, NULL);
+        close(l->shim_pidfd);
+    }
+    pthread_rwlock_destroy(&l->lock);
+    free(l);
+}
+
+void sbx_live_put(sbx_mgr_t *m, struct sbx_live *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&m->lock);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&m->lock);
+    if (last)
+        live_free(m, l);
+}
+
+void sbx_live_remove(sbx_mgr_t *m, const char *id)
+{
+    pthread_mutex_lock(&m->lock);
+    struct sbx_live **pp = &m->live, *l = NULL;
+    while (*pp && strcmp((*pp)->id, id) != 0)
+        pp = &(*pp)->next;
+    if (*pp) {
+        l = *pp;
+        *pp = l->next;
+    }
+    bool last = l && --l->refs == 0;
+    pthread_mutex_unlock(&m->lock);
+    if (last)
+        live_free(m, l);
+}
+
+int sbx_watch(sbx_mgr_t *m, struct sbx_live *l, err_t *err)
+{
+    l->shim_pidfd = proc_pidfd_open(l->shim_pid);
+    if (l->shim_pidfd < 0)
+        return err_sys(err, "watch shim %d", (int)l->shim_pid);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    /* The watcher finds the sandbox by id: the live entry may be gone by then. */
+    ev.data.u64 = (uint64_t)l->shim_pid;
+    if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, l->shim_pidfd, &ev) < 0)
+        return err_sys(err, "watch shim");
+    return 0;
+}
+
+/* The id of the live sandbox whose shim is pid (copied into id), or false. */
+static bool id_for_shim(sbx_mgr_t *m, pid_t pid, char *id, size_t size)
+{
+    pthread_mutex_lock(&m->lock);
+    struct sbx_live *l = m->live;
+    while (l && l->shim_pid != pid)
+        l = l->next;
+    if (l)
+        snprintf(id, size, "%s", l->id);
+    pthread_mutex_unlock(&m->lock);
+    return l != NULL;
+}
+
+static void *watcher(void *arg)
+{
+    sbx_mgr_t *m = arg;
+    for (;;) {
+        struct epoll_event ev[16];
+        int n = epoll_wait(m->epfd, ev, 16, -1);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.u64 == 0)
+                return NULL; /* the wake eventfd: stop */
+            pid_t pid = (pid_t)ev[i].data.u64;
+            waitpid(pid, NULL, WNOHANG); /* reap it if it is our child */
+            char id[65];
+            if (id_for_shim(m, pid, id, sizeof(id)))
+                sbx_on_exit(m, id);
+        }
+    }
+}
+
+/* Copy the agent binary into the state dir (atomically), where sandboxes bind it from. */
+static int install_agent(sbx_mgr_t *m, err_t *err)
+{
+    if (!mkdir_p(m->agent_dir, 0755))
+        return err_sys(err, "create %s", m->agent_dir);
+    int in _cleanup_close_ = open(m->cfg.agent_bin, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return err_sys(err, "open the agent binary %s", m->cfg.agent_bin);
+    _cleanup_free_ char *tmp = xasprintf("%s/.sandboxer-agent.tmp", m->agent_dir);
+    _cleanup_free_ char *dst = xasprintf("%s/sandboxer-agent", m->agent_dir);
+    int out _cleanup_close_ = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0555);
+    if (out < 0)
+        return err_sys(err, "create %s", tmp);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        if (write(out, buf, (size_t)n) != n)
+            return err_sys(err, "write %s", tmp);
+    if (n < 0 || fsync(out) < 0 || rename(tmp, dst) < 0)
+        return err_sys(err, "install the agent");
+    return 0;
+}
+
+sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t *images, err_t *err)
+{
+    sbx_mgr_t *m = xcalloc(1, sizeof(*m));
+    m->cfg = *cfg;
+    m->store = store;
+    m->images = images;
+    m->sandboxes_dir = xasprintf("%s/sandboxes", cfg->state_dir);
+    m->agent_dir = xasprintf("%s/agent", cfg->state_dir);
+    m->runc_root = xasprintf("%s/runc", cfg->state_dir);
+    pthread_mutex_init(&m->lock, NULL);
+    m->epfd = epoll_create1(EPOLL_CLOEXEC);
+    m->wake_fd = eventfd(0, EFD_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+    if (!mkdir_p(m->sandboxes_dir, 0711) || !mkdir_p(m->runc_root, 0700) || m->epfd < 0 ||
+        m->wake_fd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->wake_fd, &ev) < 0) {
+        err_sys(err, "prepare %s", m->sandboxes_dir);
+        sbx_close(m);
+        return NULL;
+    }
+    if (install_agent(m, err) < 0) {
+        sbx_close(m);
+        return NULL;
+    }
+    runtime_configure(&(struct runtime_config){cfg->runtime, m->runc_root, cfg->self_exe});
+    if (pthread_create(&m->watcher, NULL, watcher, m) != 0) {
+        err_sys(err, "start the exit watcher");
+        sbx_close(m);
+        return NULL;
+    }
+    m->watching = true;
+    return m;
+}
+
+void sbx_close(sbx_mgr_t *m)
+{
+    if (!m)
+        return;
+    if (m->watching) {
+        uint64_t one = 1;
+        (void)!write(m->wake_fd, &one, sizeof(one));
+        pthread_join(m->watcher, NULL);
+    }
+    while (m->live) {
+        struct sbx_live *l = m->live;
+        m->live = l->next;
+        live_free(m, l);
+    }
+    if (m->epfd >= 0)
+        close(m->epfd);
+    if (m->wake_fd >= 0)
+        close(m->wake_fd);
+    pthread_mutex_destroy(&m->lock);
+    free(m->sandboxes_dir);
+    free(m->agent_dir);
+    free(m->runc_root);
+    free(m);
+}

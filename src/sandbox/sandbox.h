@@ -1,0 +1,125 @@
+/* The sandbox lifecycle: create, get, list, update, exec, logs, delete, reconcile. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "image/image.h"
+#include "store/store.h"
+
+typedef struct sbx_mgr sbx_mgr_t;
+
+/* Daemon-wide settings of the lifecycle. Strings are borrowed for the manager's life. */
+struct sbx_config {
+    const char *state_dir;
+    const char *agent_bin; /* sandboxer-agent to copy into the state dir */
+    const char *self_exe;  /* the sandboxer binary (for the shim) */
+    const char *runtime;   /* "runc" */
+    double default_cpus;
+    uint64_t default_memory;
+    int64_t default_pids;
+    uint64_t log_max;         /* main-process log cap per file */
+    uint64_t exec_output_max; /* per stream of one exec */
+    unsigned max_execs;       /* concurrent execs per sandbox */
+};
+
+/* Open the manager: prepares dirs, installs the agent, starts the exit watcher. */
+sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t *images,
+                    err_t *err);
+/* Stop watching; running sandboxes are left running. */
+void sbx_close(sbx_mgr_t *m);
+/* Bring the store and reality together after a (re)start. */
+int sbx_reconcile(sbx_mgr_t *m, err_t *err);
+
+/* A validated create request. Absent numbers are negative, absent strings NULL. */
+struct sbx_create_req {
+    const char *image;
+    const char *label;
+    const char *hostname;
+    int interactive; /* -1 absent */
+    json_t *env;     /* object of strings or NULL */
+    json_t *args;    /* array of strings or NULL */
+    double cpus;     /* <= 0 absent */
+    uint64_t memory; /* 0 absent */
+    int64_t pids;    /* < 0 absent */
+    uint64_t disk;   /* 0 absent */
+    const char *network;
+    json_t *ports;
+    int is_public; /* -1 absent */
+    const char *runtime;
+    int64_t idle_timeout; /* < 0 absent */
+};
+
+/* Decode and validate a create body (unknown fields, types, ranges → ERR_INVALID). */
+int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err);
+/* Create and start a sandbox for owner; *out is its JSON object. */
+int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q, json_t **out,
+               err_t *err);
+/* The JSON of one of owner's sandboxes (by id or name). */
+int sbx_get(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
+/* All of owner's sandboxes, terminated ones included. */
+int sbx_list(sbx_mgr_t *m, const user_t *owner, json_t **out, err_t *err);
+/* Change label and/or public; *out is {id, label?, public?}. */
+int sbx_update(sbx_mgr_t *m, const user_t *owner, const char *key, const char *label, int is_public,
+               json_t **out, err_t *err);
+/* Kill and remove a sandbox; its row stays, terminated. */
+int sbx_delete(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
+
+/* One exec request. */
+struct sbx_exec_req {
+    json_t *argv;        /* array of strings */
+    const char *command; /* what the execution log records */
+    json_t *env;         /* object or NULL */
+    const char *cwd;
+    const char *user;
+    const char *stdin_data;
+    size_t stdin_len;
+    bool has_stdin;
+    double timeout_s; /* <= 0: none */
+};
+
+/* Output sink of a streaming exec: called per chunk (fd 1/2); return false to stop. */
+typedef bool (*sbx_output_fn)(void *ctx, int fd, const char *data, size_t len);
+
+/* The outcome of an exec. */
+struct sbx_exec_result {
+    int exit_code;
+    bool timed_out;
+    bool stdout_truncated, stderr_truncated;
+    buf_t out, err; /* filled when no sink is given */
+    int64_t execution_id;
+};
+
+/*
+ * Run an exec in owner's sandbox. With a sink, chunks go to it as they come; without,
+ * they collect in res (capped). Every exec is recorded with its output.
+ */
+int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sbx_exec_req *q,
+             sbx_output_fn sink, void *ctx, struct sbx_exec_result *res, err_t *err);
+
+/* Check that an exec could start now: owner's sandbox exists and is running. */
+int sbx_exec_check(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
+/* Validate exec argv (non-empty strings) and env (object of strings). */
+int sbx_check_exec_argv(json_t *argv, json_t *env, err_t *err);
+
+/* Open the main-process log of owner's sandbox for reading (rotated part first). */
+typedef struct sbx_log_reader sbx_log_reader_t;
+sbx_log_reader_t *sbx_logs_open(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
+/* Read up to size bytes; 0 at the current end (see sbx_logs_running), -1 on error. */
+ssize_t sbx_logs_read(sbx_log_reader_t *r, char *buf, size_t size);
+/* True while the sandbox's main process may still write. */
+bool sbx_logs_running(sbx_log_reader_t *r);
+void sbx_logs_close(sbx_log_reader_t *r);
+
+/* Execution history routes. */
+int sbx_exec_history(sbx_mgr_t *m, const user_t *owner, const char *key, int limit,
+                     bool newest_first, json_t **out, err_t *err);
+int sbx_exec_logs(sbx_mgr_t *m, const user_t *owner, const char *key, int64_t eid, int64_t start_id,
+                  int limit, json_t **out, err_t *err);
+
+/* True if a non-terminated sandbox uses image ref. */
+bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);

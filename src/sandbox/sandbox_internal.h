@@ -1,0 +1,72 @@
+/* Shared by the sandbox layer's own files. */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "sandbox.h"
+#include "store/store_sandboxes.h"
+
+/* What the daemon knows of a sandbox whose container runs (or ran) in this boot. */
+struct sbx_live {
+    char id[65];
+    pthread_rwlock_t lock; /* execs read-lock; lifecycle changes write-lock */
+    pid_t shim_pid;
+    pid_t init_pid;
+    int shim_pidfd;
+    atomic_int execs;
+    int refs;
+    struct sbx_live *next;
+};
+
+struct sbx_mgr {
+    struct sbx_config cfg;
+    store_t *store;
+    image_store_t *images;
+    char *sandboxes_dir; /* <state>/sandboxes */
+    char *agent_dir;     /* <state>/agent: holds the agent binary bound into sandboxes */
+    char *runc_root;
+    pthread_mutex_t lock; /* guards the live list */
+    struct sbx_live *live;
+    int epfd;    /* watches shims' pidfds */
+    int wake_fd; /* eventfd to stop the watcher */
+    pthread_t watcher;
+    bool watching;
+};
+
+/* Paths of one sandbox, all under <state>/sandboxes/<id>/. */
+struct sbx_paths {
+    char *dir, *bundle, *rootfs, *upper, *work, *run, *sock, *logs, *etc;
+};
+void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p);
+void sbx_paths_free(struct sbx_paths *p);
+
+/* Find (and reference) the live entry for id, creating it if create. */
+struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create);
+/* Drop a reference from sbx_live_get. */
+void sbx_live_put(sbx_mgr_t *m, struct sbx_live *l);
+/* Forget the live entry of id (after delete or exit). */
+void sbx_live_remove(sbx_mgr_t *m, const char *id);
+/* Start watching the shim of l for its exit. */
+int sbx_watch(sbx_mgr_t *m, struct sbx_live *l, err_t *err);
+
+/* The owner's record for key, with status; ERR_NOT_FOUND for unknown or foreign. */
+int sbx_lookup(sbx_mgr_t *m, const user_t *owner, const char *key, sandbox_rec_t *rec, err_t *err);
+/* The API JSON of a record. */
+json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r);
+
+/* Tear down whatever exists of a sandbox's container and storage (idempotent). */
+int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err);
+/* The main process ended: record it and release the container (watcher thread). */
+void sbx_on_exit(sbx_mgr_t *m, const char *id);
+
+/* An array of strings without NUL bytes, bounded (ERR_INVALID naming field otherwise). */
+int sbx_check_argv(json_t *args, const char *field, bool nonempty, err_t *err);
+
+/*
+ * Start the prepared bundle of l (shim + runc) and wait until its agent answers: 0, or 1 if
+ * the main process already ended (its exit is recorded), -1 on failure.
+ */
+int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err);
+/* Record that the container of id ended (exit code from the shim) and release it. */
+void sbx_finish_exit(sbx_mgr_t *m, const char *id);

@@ -1,0 +1,74 @@
+/* Sandbox rows, executions and their logs. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* One sandbox row. spec is the JSON of everything else we keep (resources, env, args …). */
+typedef struct {
+    char id[65];
+    char name[27];
+    int64_t owner_id;
+    char label[129];
+    char image[512];
+    char status[16];
+    char intent[16];
+    bool has_exit_code;
+    int exit_code;
+    char hostname[64];
+    char ip_address[48];
+    char parent_id[65];
+    double created_at, last_active_at, deleted_at;
+    char delete_reason[32];
+    bool is_public, interactive;
+    char runtime[16];
+    json_t *spec; /* owned */
+} sandbox_rec_t;
+
+/* Free what a record owns (its spec). */
+void store_sandbox_rec_clear(sandbox_rec_t *r);
+
+/* Insert a new sandbox row. */
+int store_sandbox_insert(store_t *s, const sandbox_rec_t *r, err_t *err);
+/* Delete a row outright (only for a create that never finished). */
+int store_sandbox_purge(store_t *s, const char *id, err_t *err);
+/* The row whose id or name is key and whose owner is owner_id (any owner if < 0). */
+int store_sandbox_get(store_t *s, int64_t owner_id, const char *key, sandbox_rec_t *out,
+                      err_t *err);
+/* All rows of owner_id (all owners if < 0), oldest first; a malloc'd array. */
+int store_sandbox_list(store_t *s, int64_t owner_id, sandbox_rec_t **out, size_t *n, err_t *err);
+/* Rows not yet terminated (for reconcile on start). */
+int store_sandbox_list_live(store_t *s, sandbox_rec_t **out, size_t *n, err_t *err);
+/* Free an array from the list functions. */
+void store_sandbox_list_free(sandbox_rec_t *items, size_t n);
+/* Set status, intent (NULL clears) and, if has_exit, the exit code. */
+int store_sandbox_set_status(store_t *s, const char *id, const char *status, const char *intent,
+                             bool has_exit, int exit_code, err_t *err);
+/* Mark terminated: deleted_at now, delete_reason reason. */
+int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, err_t *err);
+/* Update label and/or is_public (NULL label / public < 0 leave them). */
+int store_sandbox_update(store_t *s, const char *id, const char *label, int is_public, err_t *err);
+/* Set last_active_at to now. */
+void store_sandbox_touch(store_t *s, const char *id);
+/* The ids of the children of id as a JSON array (new reference). */
+json_t *store_sandbox_child_ids(store_t *s, const char *id);
+
+/* Record the start of an execution; returns its id in *eid. */
+int store_exec_begin(store_t *s, const char *sandbox_id, const char *command, int64_t *eid,
+                     err_t *err);
+/* Append one output chunk (fd 1 or 2) of an execution. */
+int store_exec_log(store_t *s, int64_t eid, int fd, const void *data, size_t len, err_t *err);
+/* Record the end of an execution. */
+int store_exec_end(store_t *s, int64_t eid, int exit_code, err_t *err);
+/*
+ * Executions of a sandbox as JSON objects {id, command, executed_at, exit_code, logs?}:
+ * newest first when newest_first; logs included (up to log_limit rows each) when with_logs.
+ */
+int store_exec_list(store_t *s, const char *sandbox_id, int limit, bool newest_first,
+                    bool with_logs, json_t **out, err_t *err);
+/* One execution (of sandbox_id) and its logs with id > start_id, at most limit rows. */
+int store_exec_logs(store_t *s, const char *sandbox_id, int64_t eid, int64_t start_id, int limit,
+                    json_t **execution, json_t **logs, err_t *err);
