@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli_internal.h"
+#include "common/cleanup.h"
 #include "common/util.h"
 
 #define MAX_OPTS 32
@@ -23,6 +24,7 @@ struct cli_args {
     struct optspec specs[MAX_OPTS];
     int nspecs;
     bool stop_at_positional;
+    int fixed_args; /* with stop_at_positional: positionals that do not stop option parsing */
     struct given *given;
     int ngiven;
     char **pos; /* borrowed from argv */
@@ -158,7 +160,7 @@ static int parse_words(cli_t *cli, cli_args_t *a, int argc, char **argv, bool *h
         int r = 0;
         if (options_done || w[0] != '-' || w[1] == '\0') {
             a->pos[a->npos++] = argv[i];
-            options_done = options_done || a->stop_at_positional;
+            options_done = options_done || (a->stop_at_positional && a->npos > a->fixed_args);
         } else if (strcmp(w, "--") == 0) {
             options_done = true;
         } else if (common_option(cli, a, w, help)) {
@@ -180,6 +182,7 @@ int cli_args_parse(cli_t *cli, const struct cli_verb *verb, int argc, char **arg
     cli_args_t *a = xcalloc(1, sizeof(*a));
     a->verb = verb->name;
     a->pos = xcalloc((size_t)argc + 1, sizeof(*a->pos));
+    a->fixed_args = verb->min_args;
     parse_spec(a, verb->opts);
     *help = false;
     if (parse_words(cli, a, argc, argv, help, err) < 0 ||
@@ -220,6 +223,36 @@ const char *cli_opt_str(const cli_args_t *a, const char *name)
     return NULL;
 }
 
+const char *cli_opt_nth(const cli_args_t *a, const char *name, int n)
+{
+    int spec = spec_of(a, name);
+    for (int i = 0; i < a->ngiven; i++)
+        if (a->given[i].spec == spec && n-- == 0)
+            return a->given[i].value;
+    return NULL;
+}
+
+int cli_opt_env(const cli_args_t *a, const char *name, json_t **out, err_t *err)
+{
+    const char *kv;
+    *out = NULL;
+    for (int i = 0; (kv = cli_opt_nth(a, name, i)); i++) {
+        const char *eq = strchr(kv, '=');
+        if (!eq || eq == kv) {
+            json_decref(steal_pointer(out));
+            return cli_usage(err, "%s: --%s wants KEY=VALUE, not '%s'", a->verb, name, kv);
+        }
+        if (!*out)
+            *out = json_object();
+        _cleanup_free_ char *key = xstrndup(kv, (size_t)(eq - kv));
+        if (json_object_set_new(*out, key, json_string(eq + 1)) < 0) {
+            json_decref(steal_pointer(out));
+            return cli_usage(err, "%s: --%s %s is not UTF-8 text", a->verb, name, key);
+        }
+    }
+    return 0;
+}
+
 bool cli_opt_flag(const cli_args_t *a, const char *name)
 {
     int spec = spec_of(a, name);
@@ -237,4 +270,32 @@ int cli_nargs(const cli_args_t *a)
 const char *cli_arg(const cli_args_t *a, int i)
 {
     return i >= 0 && i < a->npos ? a->pos[i] : NULL;
+}
+
+/* An error about one item (absent, not ours, in the wrong state) lets the others go on. */
+static bool error_is_per_item(const err_t *e)
+{
+    return e->kind == ERR_NOT_FOUND || e->kind == ERR_FORBIDDEN || e->kind == ERR_INVALID ||
+           e->kind == ERR_CONFLICT;
+}
+
+int cli_each_arg(cli_t *cli, client_t *c, const cli_args_t *args, cli_item_fn fn, err_t *err)
+{
+    int failed = 0;
+    for (int i = 0; i < cli_nargs(args); i++)
+        if (!*cli_arg(args, i))
+            return cli_usage(err, "%s: an empty argument", args->verb);
+    for (int i = 0; i < cli_nargs(args); i++) {
+        err_t e = {0};
+        if (fn(cli, c, cli_arg(args, i), &e) == 0)
+            continue;
+        if (!error_is_per_item(&e)) {
+            *err = e;
+            return -1;
+        }
+        err_prefix(&e, "%s", cli_arg(args, i));
+        cli_print_error(cli, &e);
+        failed++;
+    }
+    return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

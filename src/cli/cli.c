@@ -23,6 +23,132 @@ static const struct cli_verb verbs[] = {
         .help = "Runs the daemon. It is not a client command: see `sandboxer serve --help`.\n",
     },
     {
+        .name = "create",
+        .run = cmd_create,
+        .summary = "create a sandbox from an image",
+        .synopsis = "IMAGE [OPTIONS] [--] [ARGS...]",
+        .help = "Creates a sandbox from IMAGE (pulled first if the daemon lacks it, which may\n"
+                "take minutes) and prints its id on stdout, so that `ID=$(sandboxer create\n"
+                "busybox)` captures it. The main process is ARGS if given, else the image's\n"
+                "entrypoint and command; with neither, the sandbox idles, ready for exec.\n"
+                "Options end at the first of ARGS; `--` ends them explicitly.\n"
+                "\n"
+                "Options:\n"
+                "  --label L        a label to show in `ls`\n"
+                "  --interactive    keep a terminal for the main process (attach)\n"
+                "  --env K=V        set an environment variable (repeatable)\n"
+                "  --hostname H     the sandbox's hostname\n"
+                "  --cpus N         CPUs it may use, e.g. 0.5 or 2\n"
+                "  --memory SIZE    memory limit, e.g. 512M or 2G (or bytes)\n"
+                "  --pids N         the most processes it may run\n"
+                "  --public         let its proxied ports be reached without a token\n"
+                "  --port N         a port of the sandbox to proxy (repeatable)\n",
+        .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,public,port=",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "ls",
+        .run = cmd_ls,
+        .summary = "list sandboxes",
+        .synopsis = "[--all]",
+        .help = "Lists your sandboxes: ID (its first 12 digits, which other commands accept),\n"
+                "NAME, LABEL, IMAGE, STATUS and CREATED (local time).\n"
+                "With --json, the daemon's answer as it came, terminated sandboxes included.\n"
+                "\n"
+                "Options:\n"
+                "  --all   also list terminated sandboxes\n",
+        .opts = "all",
+    },
+    {
+        .name = "inspect",
+        .run = cmd_inspect,
+        .summary = "show a sandbox in full (JSON)",
+        .synopsis = "ID",
+        .help = "Prints the sandbox object as indented JSON, with or without --json. ID is its\n"
+                "id, a unique start of it (as `ls` shows), or its name.\n",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "exec",
+        .run = cmd_exec,
+        .summary = "run a command in a sandbox",
+        .synopsis = "ID [OPTIONS] [--] CMD [ARGS...] | ID --code CODE",
+        .help = "Runs CMD with ARGS in the sandbox (no shell), or with --code the shell code\n"
+                "CODE (as `sh -c CODE`), and streams its stdout and stderr to ours as they\n"
+                "come. The exit status is the command's own (255 if it does not fit), or 1\n"
+                "when the daemon reports an error. Options end at CMD; `--` ends them\n"
+                "explicitly. With --json, the stream's ndjson events are printed as they come.\n"
+                "\n"
+                "Options:\n"
+                "  --env K=V       set an environment variable (repeatable)\n"
+                "  --cwd DIR       the working directory\n"
+                "  --user U        run as user U: a name or uid, optionally :GROUP\n"
+                "  --timeout SECS  kill the command after SECS seconds\n"
+                "  --stdin         send all of our stdin to the command (UTF-8 text only,\n"
+                "                  at most 16 MiB; the command starts once it is read)\n"
+                "  --code CODE     run shell code instead of CMD; takes only --timeout\n",
+        .opts = "+env=,cwd=,user=,timeout=,stdin,code=",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "logs",
+        .run = cmd_logs,
+        .summary = "print the output of a sandbox's main process",
+        .synopsis = "ID [-f|--follow]",
+        .help = "Prints what the sandbox's main process has written, as raw bytes. The answer\n"
+                "is text, so --json changes nothing.\n"
+                "\n"
+                "Options:\n"
+                "  -f, --follow   go on printing as it writes, until it ends\n",
+        .opts = "f|follow",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "rm",
+        .run = cmd_rm,
+        .summary = "delete sandboxes",
+        .synopsis = "ID...",
+        .help = "Deletes each sandbox (kills it, removes its container and storage; it stays\n"
+                "listed by `ls --all` as terminated) and prints the ids deleted. A failure on\n"
+                "one id does not stop the others; the exit status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "image pull",
+        .run = cmd_image_pull,
+        .summary = "pull an image into the daemon's store",
+        .synopsis = "REF",
+        .help = "Pulls REF (e.g. busybox, python:3.12-slim, ghcr.io/owner/name:tag) and prints\n"
+                "the reference as stored on stdout; its digest and size go to stderr. A large\n"
+                "image may take minutes.\n",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "image ls",
+        .run = cmd_image_ls,
+        .summary = "list the daemon's images",
+        .synopsis = "",
+        .help = "Lists the images in the daemon's store: REF, DIGEST (12 digits), SIZE and\n"
+                "PULLED (local time).\n",
+    },
+    {
+        .name = "image rm",
+        .run = cmd_image_rm,
+        .summary = "remove images from the daemon's store",
+        .synopsis = "REF...",
+        .help = "Removes each image (admins only; refused while a sandbox uses it) and prints\n"
+                "the references removed. A failure on one does not stop the others; the exit\n"
+                "status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
         .name = "version",
         .run = cmd_version,
         .summary = "print the client's and the server's versions",
@@ -108,7 +234,7 @@ static const char overview_options[] =
     "$XDG_CONFIG_HOME/sandboxer/token or ~/.config/sandboxer/token (`token create --save`).\n"
     "\n"
     "Exit status: 0 on success, 1 when the daemon reports an error or cannot be reached,\n"
-    "2 on a usage error.\n";
+    "2 on a usage error; `exec` passes on the command's own status.\n";
 
 static void print_overview(FILE *out)
 {

@@ -42,9 +42,10 @@ typedef int (*cli_handler_t)(cli_t *cli, const cli_args_t *args, err_t *err);
 /*
  * A row of the verb table in cli.c. `name` is one word ("whoami") or a group and a word
  * ("token create"). `opts` lists the verb's options, comma-separated: "name=" takes a value,
- * "admin" is a flag, "n|name=" adds a short form; a leading "+" stops option parsing at the
- * first positional argument (for verbs that pass a command on). --json and -h/--help are
- * accepted by every verb.
+ * "admin" is a flag, "n|name=" adds a short form; any option may be given more than once
+ * (cli_opt_str takes the last, cli_opt_nth walks them all). A leading "+" stops option parsing
+ * at the first positional argument beyond the min_args required ones (for verbs that pass a
+ * command on: `exec ID ls -l`). --json and -h/--help are accepted by every verb.
  */
 struct cli_verb {
     const char *name;
@@ -65,11 +66,24 @@ int cli_args_parse(cli_t *cli, const struct cli_verb *verb, int argc, char **arg
 void cli_args_free(cli_args_t *a);
 /* The value of the last --name VALUE, or NULL if absent. */
 const char *cli_opt_str(const cli_args_t *a, const char *name);
+/* The value of the n-th (from 0) --name VALUE in the order given, or NULL past the last:
+ * for repeatable options, `for (i = 0; (v = cli_opt_nth(a, "env", i)); i++)`. */
+const char *cli_opt_nth(const cli_args_t *a, const char *name, int n);
+/* Every --name KEY=VALUE as a new JSON object in *out (NULL if none was given; a repeated KEY
+ * takes the last value); a word without '=' or an empty KEY is a usage error. */
+int cli_opt_env(const cli_args_t *a, const char *name, json_t **out, err_t *err);
 /* True if the flag --name was given. */
 bool cli_opt_flag(const cli_args_t *a, const char *name);
 /* The positional arguments. */
 int cli_nargs(const cli_args_t *a);
 const char *cli_arg(const cli_args_t *a, int i);
+
+/* What rm-like verbs do to one of their arguments (an id, a ref). */
+typedef int (*cli_item_fn)(cli_t *cli, client_t *c, const char *item, err_t *err);
+/* Run fn on each positional argument (an empty one is a usage error). An error about one item
+ * (not found, forbidden, invalid, conflict) is printed, prefixed with the item, and the others
+ * go on; any other error stops at once (-1, err set). Returns 0, or 1 if any item failed. */
+int cli_each_arg(cli_t *cli, client_t *c, const cli_args_t *args, cli_item_fn fn, err_t *err);
 
 /* --- conn.c: reaching the daemon, the token --------------------------------------------- */
 
@@ -93,6 +107,10 @@ void cli_print_json(const json_t *j);
 char *cli_safe(const char *s);
 /* A Unix time as local "YYYY-MM-DD HH:MM", or "-" for null or 0, into out. */
 const char *cli_format_time(const json_t *t, char *out, size_t size);
+/* A byte count as decimal "4.2 MB" (as `docker images` does), or "-" if not a number. */
+const char *cli_format_size(const json_t *bytes, char *out, size_t size);
+/* Write len bytes to f and flush them, for output that streams; -1 with err on failure. */
+int cli_write(FILE *f, const char *data, size_t len, err_t *err);
 /* The string member key of obj, or fallback when absent or not a string. */
 const char *cli_jstr(const json_t *obj, const char *key, const char *fallback);
 
@@ -119,6 +137,16 @@ static inline void cleanup_tablep(cli_table_t **t)
 #define _cleanup_args_  __attribute__((cleanup(cleanup_argsp)))
 #define _cleanup_table_ __attribute__((cleanup(cleanup_tablep)))
 
+/* --- cmd_sandbox.c: naming a sandbox --------------------------------------------------- */
+
+/* How long a call that may pull an image may take (create, image pull). */
+#define CLI_PULL_TIMEOUT_S (15 * 60)
+
+/* The path "/sandboxes/<key><suffix>" in *out (new string) for key as the user gave it: a
+ * 64-hex id, a name, or a unique prefix of an id as `ls` shows it (at least 4 hex digits),
+ * which takes a GET /sandboxes to resolve. suffix may hold a query ("/logs?stream=true"). */
+int cli_sandbox_path(client_t *c, const char *key, const char *suffix, char **out, err_t *err);
+
 /* --- the verbs -------------------------------------------------------------------------- */
 
 int cmd_version(cli_t *cli, const cli_args_t *args, err_t *err);
@@ -126,3 +154,12 @@ int cmd_whoami(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_token_create(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_token_ls(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_token_rm(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_create(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_ls(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_inspect(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_rm(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_exec(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_logs(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_image_pull(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_image_ls(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_image_rm(cli_t *cli, const cli_args_t *args, err_t *err);

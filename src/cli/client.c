@@ -122,6 +122,22 @@ char *client_escape(const char *s)
     return out;
 }
 
+char *client_escape_path(const char *s)
+{
+    buf_t b = {0};
+    for (;;) {
+        size_t n = strcspn(s, "/");
+        _cleanup_free_ char *seg = xstrndup(s, n);
+        _cleanup_free_ char *esc = client_escape(seg);
+        buf_puts(&b, esc);
+        if (!s[n])
+            break;
+        buf_puts(&b, "/");
+        s += n + 1;
+    }
+    return buf_steal(&b);
+}
+
 void client_resp_free(client_resp_t *resp)
 {
     buf_free(&resp->body);
@@ -143,10 +159,10 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
-static struct curl_slist *make_headers(const client_t *c, bool has_body)
+static struct curl_slist *make_headers(const client_t *c, const char *accept, bool has_body)
 {
     struct curl_slist *h = NULL;
-    h = curl_slist_append(h, "Accept: application/json");
+    h = curl_slist_append(h, accept);
     if (has_body)
         h = curl_slist_append(h, "Content-Type: application/json; charset=utf-8");
     h = curl_slist_append(h, "Expect:"); /* no 100-continue round trip */
@@ -166,7 +182,8 @@ static void set_method(CURL *curl, const char *method, const char *payload)
         curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
 }
 
-static void set_common(client_t *c, const char *url, struct curl_slist *headers, struct sink *s)
+static void set_common(client_t *c, const char *url, struct curl_slist *headers,
+                       curl_write_callback on_data, void *data)
 {
     CURL *curl = c->curl;
     curl_easy_reset(curl);
@@ -176,13 +193,37 @@ static void set_common(client_t *c, const char *url, struct curl_slist *headers,
     /* Only HTTP(S), and never follow a redirect: it would carry the token elsewhere. */
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+    /* Paths are built here, escaped segment by segment: send them as they are, with no
+     * squashing of "." and ".." that would turn /sandboxes/.. into another route. */
+    curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, (long)CLIENT_CONNECT_TIMEOUT_S);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, c->timeout_s);
+    /* Without a timeout a quiet stream may last hours: notice a peer that vanished. */
+    curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "sandboxer-cli/" SANDBOXER_VERSION);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, data);
+}
+
+/*
+ * Send one request; the body's bytes go to on_data as they arrive. Returns libcurl's verdict,
+ * with its own words in detail (CURL_ERROR_SIZE bytes).
+ */
+static CURLcode perform(client_t *c, const char *method, const char *path, const json_t *body,
+                        const char *accept, curl_write_callback on_data, void *data, char *detail)
+{
+    _cleanup_free_ char *url = xasprintf("%s%s", c->base, path);
+    _cleanup_free_ char *payload = body ? json_dump_compact(body) : NULL;
+    struct curl_slist *headers = make_headers(c, accept, payload != NULL);
+    set_common(c, url, headers, on_data, data);
+    set_method(c->curl, method, payload);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, detail);
+    CURLcode rc = curl_easy_perform(c->curl);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(headers);
+    return rc;
 }
 
 /* Say why the daemon could not be reached, naming its address and what to check. */
@@ -225,30 +266,25 @@ static void finish_resp(CURL *curl, client_resp_t *resp)
         resp->json = json_loadb(resp->body.data, resp->body.len, 0, NULL);
 }
 
+static int too_large(err_t *err)
+{
+    return err_set(err, ERR_TOO_LARGE, 0, "too_large", "the daemon's answer is larger than %u MiB",
+                   CLIENT_MAX_BODY >> 20);
+}
+
 int client_request(client_t *c, const char *method, const char *path, const json_t *body,
                    client_resp_t *resp, err_t *err)
 {
-    _cleanup_free_ char *url = xasprintf("%s%s", c->base, path);
-    _cleanup_free_ char *payload = body ? json_dump_compact(body) : NULL;
-    struct curl_slist *headers = make_headers(c, payload != NULL);
     char detail[CURL_ERROR_SIZE] = "";
     *resp = (client_resp_t){0};
     struct sink s = {.buf = &resp->body};
-    set_common(c, url, headers, &s);
-    set_method(c->curl, method, payload);
-    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, detail);
-    CURLcode rc = curl_easy_perform(c->curl);
-    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, NULL);
-    if (rc == CURLE_OK)
+    CURLcode rc = perform(c, method, path, body, "Accept: application/json", on_body, &s, detail);
+    if (rc == CURLE_OK) {
         finish_resp(c->curl, resp);
-    curl_slist_free_all(headers);
-    if (rc == CURLE_OK)
         return 0;
+    }
     client_resp_free(resp);
-    if (s.too_large)
-        return err_set(err, ERR_TOO_LARGE, 0, "too_large",
-                       "the daemon's answer is larger than %u MiB", CLIENT_MAX_BODY >> 20);
-    return transport_error(c, rc, detail, err);
+    return s.too_large ? too_large(err) : transport_error(c, rc, detail, err);
 }
 
 static err_kind_t kind_of_status(long status)
@@ -319,5 +355,131 @@ int client_call(client_t *c, const char *method, const char *path, const json_t 
                     resp->status);
     if (r < 0)
         client_resp_free(resp);
+    return r;
+}
+
+/* --- streamed answers ------------------------------------------------------------------- */
+
+/* A streamed answer being received. */
+struct stream {
+    client_t *c;
+    const struct client_stream_cb *cb;
+    err_t *err;
+    enum { UNDECIDED, STREAMING, BUFFERING } mode;
+    buf_t pending; /* lines: the unfinished last line; BUFFERING: the whole (error) body */
+    bool failed;   /* a callback or a bound stopped the transfer; err is set */
+};
+
+/* A 2xx answer that is not JSON is the stream; anything else (a refusal) is buffered. */
+static void decide(struct stream *st)
+{
+    long status = 0;
+    char *ctype = NULL;
+    curl_easy_getinfo(st->c->curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(st->c->curl, CURLINFO_CONTENT_TYPE, &ctype);
+    st->mode = status >= 200 && status <= 299 && !is_json_type(ctype) ? STREAMING : BUFFERING;
+}
+
+/* Hand one line (its '\n' or the end of the body at p[len]) to the callback as a C string. */
+static int deliver_line(struct stream *st, char *p, size_t len)
+{
+    if (len > 0 && p[len - 1] == '\r')
+        len--;
+    if (len == 0)
+        return 0; /* blank lines carry nothing */
+    p[len] = '\0';
+    return st->cb->on_line(st->cb->data, p, len, st->err);
+}
+
+/* Deliver each complete line in pending and keep the unfinished rest, within its bound. */
+static int deliver_lines(struct stream *st)
+{
+    buf_t *b = &st->pending;
+    size_t start = 0;
+    char *nl;
+    while ((nl = memchr(b->data + start, '\n', b->len - start))) {
+        size_t len = (size_t)(nl - (b->data + start));
+        if (deliver_line(st, b->data + start, len) < 0)
+            return -1;
+        start += len + 1;
+    }
+    memmove(b->data, b->data + start, b->len - start);
+    b->len -= start;
+    b->data[b->len] = '\0';
+    if (b->len > CLIENT_MAX_LINE)
+        return err_set(st->err, ERR_TOO_LARGE, 0, "too_large",
+                       "a line of the daemon's stream is longer than %u MiB",
+                       CLIENT_MAX_LINE >> 20);
+    return 0;
+}
+
+static int stream_bytes(struct stream *st, char *data, size_t n)
+{
+    if (st->mode == UNDECIDED)
+        decide(st);
+    if (st->mode == BUFFERING) {
+        if (st->pending.len + n > CLIENT_MAX_BODY)
+            return too_large(st->err);
+        buf_append(&st->pending, data, n);
+        return 0;
+    }
+    if (!st->cb->on_line)
+        return st->cb->on_raw(st->cb->data, data, n, st->err);
+    buf_append(&st->pending, data, n);
+    return deliver_lines(st);
+}
+
+static size_t on_stream(char *data, size_t size, size_t nmemb, void *userdata)
+{
+    struct stream *st = userdata;
+    size_t n = size * nmemb;
+    if (stream_bytes(st, data, n) < 0) {
+        st->failed = true;
+        return 0; /* makes libcurl stop with CURLE_WRITE_ERROR */
+    }
+    return n;
+}
+
+/* The answer was not a stream: the server's error, or JSON where a stream was asked for. */
+static int not_a_stream(struct stream *st)
+{
+    _cleanup_resp_ client_resp_t resp = {.body = st->pending};
+    st->pending = (buf_t){0};
+    finish_resp(st->c->curl, &resp);
+    if (resp.status < 200 || resp.status > 299)
+        return status_error(&resp, st->err);
+    return err_set(st->err, ERR_INTERNAL, 0, "bad_response",
+                   "the daemon sent JSON where a stream was asked for (HTTP %ld)", resp.status);
+}
+
+static int stream_end(struct stream *st, CURLcode rc, const char *detail)
+{
+    if (st->failed)
+        return -1;
+    if (rc != CURLE_OK && st->mode == STREAMING)
+        return err_set(st->err, ERR_UNAVAILABLE, 0, "stream_broken",
+                       "the daemon's stream broke off: %s",
+                       *detail ? detail : curl_easy_strerror(rc));
+    if (rc != CURLE_OK)
+        return transport_error(st->c, rc, detail, st->err);
+    if (st->mode == UNDECIDED)
+        decide(st); /* an empty body */
+    if (st->mode == BUFFERING)
+        return not_a_stream(st);
+    if (st->cb->on_line && st->pending.len > 0) /* a last line without its newline */
+        return deliver_line(st, st->pending.data, st->pending.len);
+    return 0;
+}
+
+int client_stream(client_t *c, const char *method, const char *path, const json_t *body,
+                  const struct client_stream_cb *cb, err_t *err)
+{
+    char detail[CURL_ERROR_SIZE] = "";
+    struct stream st = {.c = c, .cb = cb, .err = err};
+    const char *accept = cb->on_line ? "Accept: application/x-ndjson, application/json"
+                                     : "Accept: text/plain, application/json";
+    CURLcode rc = perform(c, method, path, body, accept, on_stream, &st, detail);
+    int r = stream_end(&st, rc, detail);
+    buf_free(&st.pending);
     return r;
 }

@@ -11,6 +11,7 @@
 #define CLIENT_CONNECT_TIMEOUT_S 10
 #define CLIENT_DEFAULT_TIMEOUT_S 60
 #define CLIENT_MAX_BODY          (64u << 20) /* a buffered answer larger than this is an error */
+#define CLIENT_MAX_LINE          (8u << 20)  /* so is a longer line of an ndjson stream */
 
 /* Where the daemon is. Exactly one of url and socket is used; strings are copied. */
 struct client_config {
@@ -53,11 +54,36 @@ int client_request(client_t *c, const char *method, const char *path, const json
 int client_call(client_t *c, const char *method, const char *path, const json_t *body,
                 client_resp_t *resp, err_t *err);
 
+/*
+ * What to do with a streamed answer; set exactly one of on_line and on_raw. Each returns 0 to
+ * go on, or -1 with err set to stop the transfer (client_stream then fails with that err).
+ */
+struct client_stream_cb {
+    /* Lines (ndjson): each complete line, NUL-terminated, without its "\n" or "\r\n"; blank
+     * lines are skipped, and a last line without a newline is delivered at the end. */
+    int (*on_line)(void *data, const char *line, size_t len, err_t *err);
+    /* Raw bytes (text): each piece as it arrives. */
+    int (*on_raw)(void *data, const char *bytes, size_t len, err_t *err);
+    void *data;
+};
+
+/*
+ * Send METHOD path like client_request and hand a 2xx answer that is not JSON to cb as it
+ * arrives. The daemon refuses a stream with a JSON error instead (404, 409, …): that becomes
+ * an error as in client_call, and so does a 2xx JSON answer. The client's timeout applies as
+ * to any call: set 0 with client_set_timeout for a stream that may run for long.
+ */
+int client_stream(client_t *c, const char *method, const char *path, const json_t *body,
+                  const struct client_stream_cb *cb, err_t *err);
+
 /* Free what *resp holds and zero it. */
 void client_resp_free(client_resp_t *resp);
 
 /* URL-encode one path segment or query value into a new string (never NULL). */
 char *client_escape(const char *s);
+/* URL-encode each '/'-separated segment of s, keeping the slashes (new string, never NULL):
+ * for a path parameter that spans segments, like an image ref "docker.io/library/x:1". */
+char *client_escape_path(const char *s);
 
 static inline void cleanup_clientp(client_t **c)
 {

@@ -113,13 +113,6 @@ int cmd_token_ls(cli_t *cli, const cli_args_t *args, err_t *err)
     return 0;
 }
 
-/* An error about one token (absent, not ours) lets rm go on with the others; others stop it. */
-static bool error_is_per_token(const err_t *e)
-{
-    return e->kind == ERR_NOT_FOUND || e->kind == ERR_FORBIDDEN || e->kind == ERR_INVALID ||
-           e->kind == ERR_CONFLICT;
-}
-
 static int remove_one(cli_t *cli, client_t *c, const char *id, err_t *err)
 {
     _cleanup_free_ char *esc = client_escape(id);
@@ -138,24 +131,8 @@ static int remove_one(cli_t *cli, client_t *c, const char *id, err_t *err)
 
 int cmd_token_rm(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    for (int i = 0; i < cli_nargs(args); i++)
-        if (!*cli_arg(args, i))
-            return cli_usage(err, "token rm: an empty token id");
     client_t *c = cli_connect(cli, true, err);
     if (!c)
         return -1;
-    int failed = 0;
-    for (int i = 0; i < cli_nargs(args); i++) {
-        err_t e = {0};
-        if (remove_one(cli, c, cli_arg(args, i), &e) == 0)
-            continue;
-        if (!error_is_per_token(&e)) {
-            *err = e;
-            return -1;
-        }
-        err_prefix(&e, "%s", cli_arg(args, i));
-        cli_print_error(cli, &e);
-        failed++;
-    }
-    return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    return cli_each_arg(cli, c, args, remove_one, err);
 }

@@ -41,6 +41,28 @@ const char *cli_format_time(const json_t *t, char *out, size_t size)
     return out;
 }
 
+const char *cli_format_size(const json_t *bytes, char *out, size_t size)
+{
+    static const char *const units[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = json_number_value(bytes);
+    size_t u = 0;
+    if (!json_is_number(bytes) || v < 0) {
+        snprintf(out, size, "-");
+        return out;
+    }
+    while (v >= 1000 && u + 1 < ARRAY_SIZE(units))
+        v /= 1000, u++;
+    snprintf(out, size, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+    return out;
+}
+
+int cli_write(FILE *f, const char *data, size_t len, err_t *err)
+{
+    if ((len > 0 && fwrite(data, 1, len, f) != len) || fflush(f) != 0)
+        return err_sys(err, "cannot write to %s", f == stderr ? "stderr" : "stdout");
+    return 0;
+}
+
 const char *cli_jstr(const json_t *obj, const char *key, const char *fallback)
 {
     const json_t *v = json_object_get(obj, key);

@@ -1,0 +1,109 @@
+/* sandboxer image pull | ls | rm: the daemon's image store over /images. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_internal.h"
+#include "common/cleanup.h"
+#include "common/jsonx.h"
+#include "common/util.h"
+
+#define DIGEST_SHORT 12 /* hex digits of a digest that `image ls` shows */
+
+/* "sha256:0123…" as its first DIGEST_SHORT hex digits, into out. */
+static const char *short_digest(const char *digest, char *out, size_t size)
+{
+    const char *colon = strchr(digest, ':');
+    snprintf(out, size, "%.*s", DIGEST_SHORT, colon ? colon + 1 : digest);
+    return out;
+}
+
+int cmd_image_pull(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    const char *ref = cli_arg(args, 0);
+    _cleanup_json_ json_t *body = json_object();
+    _cleanup_resp_ client_resp_t resp = {0};
+    if (!*ref || json_object_set_new(body, "image", json_string(ref)) < 0)
+        return cli_usage(err, "image pull: '%s' is not an image reference", ref);
+    client_t *c = cli_connect(cli, true, err);
+    if (!c)
+        return -1;
+    client_set_timeout(c, CLI_PULL_TIMEOUT_S);
+    if (client_call(c, "POST", "/images/pull", body, &resp, err) < 0)
+        return -1;
+    if (cli->json) {
+        cli_print_raw(&resp);
+        return 0;
+    }
+    /* The ref as the daemon stored it on stdout, for scripts; what was pulled on stderr. */
+    char digest[DIGEST_SHORT + 1], size[32];
+    _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "ref", ref));
+    _cleanup_free_ char *dg =
+        cli_safe(short_digest(cli_jstr(resp.json, "digest", "-"), digest, sizeof(digest)));
+    printf("%s\n", shown);
+    fflush(stdout);
+    fprintf(stderr, "pulled %s, digest %s, %s\n", shown, dg,
+            cli_format_size(json_object_get(resp.json, "size"), size, sizeof(size)));
+    return 0;
+}
+
+static void print_images(const json_t *images)
+{
+    static const char *const headers[] = {"REF", "DIGEST", "SIZE", "PULLED"};
+    _cleanup_table_ cli_table_t *t = cli_table_new(ARRAY_SIZE(headers), headers);
+    size_t i;
+    const json_t *img;
+    json_array_foreach(images, i, img)
+    {
+        char digest[DIGEST_SHORT + 1], size[32], pulled[32];
+        const char *cells[] = {
+            cli_jstr(img, "ref", "?"),
+            short_digest(cli_jstr(img, "digest", "-"), digest, sizeof(digest)),
+            cli_format_size(json_object_get(img, "size"), size, sizeof(size)),
+            cli_format_time(json_object_get(img, "pulled_at"), pulled, sizeof(pulled)),
+        };
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+}
+
+int cmd_image_ls(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    (void)args;
+    _cleanup_resp_ client_resp_t resp = {0};
+    client_t *c = cli_connect(cli, true, err);
+    if (!c || client_call(c, "GET", "/images", NULL, &resp, err) < 0)
+        return -1;
+    const json_t *images = json_object_get(resp.json, "images");
+    if (!json_is_array(images))
+        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer lists no images");
+    if (cli->json)
+        cli_print_raw(&resp);
+    else
+        print_images(images);
+    return 0;
+}
+
+static int remove_one(cli_t *cli, client_t *c, const char *ref, err_t *err)
+{
+    /* A ref spans path segments (docker.io/library/busybox:latest): keep its slashes. */
+    _cleanup_free_ char *esc = client_escape_path(ref);
+    _cleanup_free_ char *path = xasprintf("/images/%s", esc);
+    _cleanup_resp_ client_resp_t resp = {0};
+    if (client_call(c, "DELETE", path, NULL, &resp, err) < 0)
+        return -1;
+    if (cli->json) {
+        cli_print_raw(&resp);
+    } else {
+        _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "ref", ref));
+        printf("%s\n", shown);
+    }
+    return 0;
+}
+
+int cmd_image_rm(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    client_t *c = cli_connect(cli, true, err);
+    if (!c)
+        return -1;
+    return cli_each_arg(cli, c, args, remove_one, err);
+}

@@ -1,0 +1,289 @@
+/* sandboxer create | ls | inspect | rm: sandboxes over /sandboxes, and naming one by its id. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_internal.h"
+#include "common/cleanup.h"
+#include "common/jsonx.h"
+#include "common/util.h"
+
+#define ID_LEN        64 /* hex digits of a full sandbox id */
+#define ID_SHORT      12 /* what `ls` shows of it */
+#define MIN_ID_PREFIX 4  /* a shorter hex word is too likely to match by accident */
+
+/* --- naming a sandbox ------------------------------------------------------------------- */
+
+static bool is_id_prefix(const char *key)
+{
+    size_t n = strspn(key, "0123456789abcdef");
+    return key[n] == '\0' && n >= MIN_ID_PREFIX && n < ID_LEN;
+}
+
+/* The one id in sandboxes that starts with key, or NULL if none does; a name equal to key
+ * wins (the daemon takes names too), and two matching ids are an error. */
+static int match_prefix(const json_t *sandboxes, const char *key, const char **id, err_t *err)
+{
+    size_t i, n = strlen(key);
+    const json_t *s;
+    int matches = 0;
+    *id = NULL;
+    json_array_foreach(sandboxes, i, s)
+    {
+        const char *sid = cli_jstr(s, "id", "");
+        if (strcmp(cli_jstr(s, "name", ""), key) == 0) {
+            *id = sid;
+            return 0;
+        }
+        if (strncmp(sid, key, n) == 0 && matches++ == 0)
+            *id = sid;
+    }
+    if (matches > 1)
+        return err_set(err, ERR_INVALID, 0, "ambiguous_id",
+                       "'%s' is the start of %d sandbox ids; give more of the id", key, matches);
+    return 0;
+}
+
+/* key, or the full id it is a unique prefix of, as a new string. */
+static int resolve_key(client_t *c, const char *key, char **out, err_t *err)
+{
+    _cleanup_resp_ client_resp_t resp = {0};
+    const char *id = NULL;
+    if (is_id_prefix(key)) {
+        if (client_call(c, "GET", "/sandboxes", NULL, &resp, err) < 0 ||
+            match_prefix(json_object_get(resp.json, "sandboxes"), key, &id, err) < 0)
+            return -1;
+    }
+    *out = xstrdup(id && *id ? id : key);
+    return 0;
+}
+
+int cli_sandbox_path(client_t *c, const char *key, const char *suffix, char **out, err_t *err)
+{
+    _cleanup_free_ char *id = NULL;
+    if (!*key)
+        return cli_usage(err, "an empty sandbox id");
+    if (resolve_key(c, key, &id, err) < 0)
+        return -1;
+    _cleanup_free_ char *esc = client_escape(id);
+    *out = xasprintf("/sandboxes/%s%s", esc, suffix);
+    return 0;
+}
+
+/* --- create ----------------------------------------------------------------------------- */
+
+/* Set obj[key] to the string value, if given; text that is not UTF-8 is a usage error. */
+static int put_str(json_t *obj, const char *key, const char *value, err_t *err)
+{
+    if (value && json_object_set_new(obj, key, json_string(value)) < 0)
+        return cli_usage(err, "the %s '%s' is not UTF-8 text", key, value);
+    return 0;
+}
+
+static int put_cpus(json_t *body, const char *v, err_t *err)
+{
+    char *end;
+    double cpus = v ? strtod(v, &end) : 0;
+    if (!v)
+        return 0;
+    if (end == v || *end || !isfinite(cpus) || cpus <= 0)
+        return cli_usage(err, "create: --cpus wants a positive number, like 0.5 or 2, not '%s'", v);
+    json_object_set_new(body, "cpus", json_real(cpus));
+    return 0;
+}
+
+/* Bytes as an integer, a size like "512M" as the string (the daemon reads it the same way). */
+static int put_memory(json_t *body, const char *v, err_t *err)
+{
+    long long bytes;
+    uint64_t size;
+    if (!v)
+        return 0;
+    if (parse_int(v, 1, LLONG_MAX, &bytes))
+        json_object_set_new(body, "memory", json_integer(bytes));
+    else if (parse_size(v, &size) && size > 0)
+        json_object_set_new(body, "memory", json_string(v));
+    else
+        return cli_usage(err, "create: --memory wants a size like 512M or 2G, not '%s'", v);
+    return 0;
+}
+
+static int put_pids(json_t *body, const char *v, err_t *err)
+{
+    long long pids;
+    if (!v)
+        return 0;
+    if (!parse_int(v, 1, INT_MAX, &pids))
+        return cli_usage(err, "create: --pids wants a positive integer, not '%s'", v);
+    json_object_set_new(body, "pids", json_integer(pids));
+    return 0;
+}
+
+static int put_ports(json_t *body, const cli_args_t *args, err_t *err)
+{
+    const char *v;
+    long long port;
+    json_t *ports = NULL;
+    for (int i = 0; (v = cli_opt_nth(args, "port", i)); i++) {
+        if (!parse_int(v, 1, 65535, &port)) {
+            json_decref(ports);
+            return cli_usage(err, "create: --port wants a TCP port (1-65535), not '%s'", v);
+        }
+        if (!ports)
+            ports = json_array();
+        json_array_append_new(ports, json_integer(port));
+    }
+    if (ports)
+        json_object_set_new(body, "ports", ports);
+    return 0;
+}
+
+/* The words after IMAGE (after "--" or not) as the main process's args. */
+static int put_args(json_t *body, const cli_args_t *args, err_t *err)
+{
+    if (cli_nargs(args) < 2)
+        return 0;
+    json_t *arr = json_array();
+    json_object_set_new(body, "args", arr);
+    for (int i = 1; i < cli_nargs(args); i++)
+        if (json_array_append_new(arr, json_string(cli_arg(args, i))) < 0)
+            return cli_usage(err, "create: the argument '%s' is not UTF-8 text", cli_arg(args, i));
+    return 0;
+}
+
+static void put_flags(json_t *body, const cli_args_t *args)
+{
+    if (cli_opt_flag(args, "interactive"))
+        json_object_set_new(body, "interactive", json_true());
+    if (cli_opt_flag(args, "public"))
+        json_object_set_new(body, "public", json_true());
+}
+
+static int create_body(const cli_args_t *args, json_t *body, err_t *err)
+{
+    json_t *env = NULL;
+    if (!*cli_arg(args, 0))
+        return cli_usage(err, "create: an empty image name");
+    if (cli_opt_env(args, "env", &env, err) < 0)
+        return -1;
+    if (env)
+        json_object_set_new(body, "env", env);
+    if (put_str(body, "image", cli_arg(args, 0), err) < 0 ||
+        put_str(body, "label", cli_opt_str(args, "label"), err) < 0 ||
+        put_str(body, "hostname", cli_opt_str(args, "hostname"), err) < 0 ||
+        put_cpus(body, cli_opt_str(args, "cpus"), err) < 0 ||
+        put_memory(body, cli_opt_str(args, "memory"), err) < 0 ||
+        put_pids(body, cli_opt_str(args, "pids"), err) < 0 || put_ports(body, args, err) < 0 ||
+        put_args(body, args, err) < 0)
+        return -1;
+    put_flags(body, args);
+    return 0;
+}
+
+int cmd_create(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    _cleanup_json_ json_t *body = json_object();
+    _cleanup_resp_ client_resp_t resp = {0};
+    if (create_body(args, body, err) < 0)
+        return -1;
+    client_t *c = cli_connect(cli, true, err);
+    if (!c)
+        return -1;
+    client_set_timeout(c, CLI_PULL_TIMEOUT_S); /* the daemon may pull the image first */
+    if (client_call(c, "POST", "/sandboxes", body, &resp, err) < 0)
+        return -1;
+    const char *id = cli_jstr(resp.json, "id", NULL);
+    if (!id)
+        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer holds no id");
+    if (cli->json) {
+        cli_print_raw(&resp);
+    } else {
+        _cleanup_free_ char *shown = cli_safe(id);
+        printf("%s\n", shown);
+    }
+    return 0;
+}
+
+/* --- ls, inspect, rm -------------------------------------------------------------------- */
+
+static void print_sandboxes(const json_t *sandboxes, bool all)
+{
+    static const char *const headers[] = {"ID", "NAME", "LABEL", "IMAGE", "STATUS", "CREATED"};
+    _cleanup_table_ cli_table_t *t = cli_table_new(ARRAY_SIZE(headers), headers);
+    size_t i;
+    const json_t *s;
+    json_array_foreach(sandboxes, i, s)
+    {
+        char id[ID_SHORT + 1], created[32];
+        const char *status = cli_jstr(s, "status", "?");
+        const char *label = cli_jstr(s, "label", "");
+        if (!all && strcmp(status, "terminated") == 0)
+            continue;
+        snprintf(id, sizeof(id), "%s", cli_jstr(s, "id", "?"));
+        const char *cells[] = {
+            id,
+            cli_jstr(s, "name", "-"),
+            *label ? label : "-",
+            cli_jstr(s, "image", "-"),
+            status,
+            cli_format_time(json_object_get(s, "created_at"), created, sizeof(created)),
+        };
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+}
+
+int cmd_ls(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    _cleanup_resp_ client_resp_t resp = {0};
+    client_t *c = cli_connect(cli, true, err);
+    if (!c || client_call(c, "GET", "/sandboxes", NULL, &resp, err) < 0)
+        return -1;
+    const json_t *sandboxes = json_object_get(resp.json, "sandboxes");
+    if (!json_is_array(sandboxes))
+        return err_set(err, ERR_INTERNAL, 0, "bad_response",
+                       "the daemon's answer lists no sandboxes");
+    if (cli->json)
+        cli_print_raw(&resp);
+    else
+        print_sandboxes(sandboxes, cli_opt_flag(args, "all"));
+    return 0;
+}
+
+int cmd_inspect(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    _cleanup_free_ char *path = NULL;
+    _cleanup_resp_ client_resp_t resp = {0};
+    client_t *c = cli_connect(cli, true, err);
+    if (!c || cli_sandbox_path(c, cli_arg(args, 0), "", &path, err) < 0 ||
+        client_call(c, "GET", path, NULL, &resp, err) < 0)
+        return -1;
+    cli_print_json(resp.json); /* indented either way: it is read by people and scripts alike */
+    return 0;
+}
+
+static int remove_one(cli_t *cli, client_t *c, const char *key, err_t *err)
+{
+    _cleanup_free_ char *path = NULL;
+    _cleanup_resp_ client_resp_t resp = {0};
+    if (cli_sandbox_path(c, key, "", &path, err) < 0 ||
+        client_call(c, "DELETE", path, NULL, &resp, err) < 0)
+        return -1;
+    if (cli->json) {
+        cli_print_raw(&resp);
+    } else {
+        _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "id", key));
+        printf("%s\n", shown);
+    }
+    return 0;
+}
+
+int cmd_rm(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    client_t *c = cli_connect(cli, true, err);
+    if (!c)
+        return -1;
+    return cli_each_arg(cli, c, args, remove_one, err);
+}
