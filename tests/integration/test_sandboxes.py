@@ -340,3 +340,25 @@ def test_images_routes(sbx):
     r = sbx.delete("/images/docker.io/library/busybox:latest")
     assert r.status_code == 409 and r.json()["code"] == "image_in_use"
     assert sbx.post("/images/pull", json={"image": "nope-nothing"}, timeout=120).status_code == 422
+
+
+def test_main_log_is_capped_on_the_host(registry_url, tmp_path):
+    from conftest import TOKEN_RE, Daemon, Sandboxes
+    d = Daemon(str(tmp_path), ["--registry-mirror", registry_url, "--log-max", "64K"])
+    try:
+        d.start()
+        c = Sandboxes(d.url, TOKEN_RE.search(d.stdout()).group(0))
+        try:
+            s = c.create("busybox", args=["sh", "-c", "i=0; while [ $i -lt 20000 ]; do "
+                                          "echo line-$i; i=$((i+1)); done; echo last-line"])
+            wait_status(c, s["id"], "exited", timeout=60)
+            text = c.get(f"/sandboxes/{s['id']}/logs").text
+            assert len(text) <= 2 * 64 * 1024 + 4096, len(text)
+            assert text.endswith("last-line\n") and "line-0\n" not in text
+            logs = os.path.join(d.state_dir, "sandboxes", s["id"], "logs")
+            assert sum(os.path.getsize(os.path.join(logs, f)) for f in os.listdir(logs)) \
+                <= 2 * 64 * 1024 + 65536
+        finally:
+            c.cleanup()
+    finally:
+        d.kill()
