@@ -146,3 +146,4 @@ int h_command_execution_logs(api_req_t *r, err_t *err);
 int h_image_list(api_req_t *r, err_t *err);
 int h_image_pull(api_req_t *r, err_t *err);
 int h_image_delete(api_req_t *r, err_t *err);
+int h_image_import(api_req_t *r, err_t *err);

@@ -28,6 +28,8 @@ const struct route api_routes[] = {
      "One execution's output from a cursor"},
     {"GET", "/images", h_image_list, ROUTE_AUTH, "Images in the store"},
     {"POST", "/images/pull", h_image_pull, ROUTE_AUTH, "Pull an image"},
+    {"POST", "/images/import", h_image_import, ROUTE_ADMIN,
+     "Import an OCI layout or archive from the daemon's host"},
     {"DELETE", "/images/{ref*}", h_image_delete, ROUTE_ADMIN, "Remove an image"},
 };
 

@@ -130,6 +130,18 @@ static const struct cli_verb verbs[] = {
         .max_args = 1,
     },
     {
+        .name = "image import",
+        .run = cmd_image_import,
+        .summary = "import an OCI layout or archive (admins; a path on the daemon's host)",
+        .synopsis = "PATH [--name REF]",
+        .help = "Imports an OCI image layout directory, an OCI archive or a docker-archive tar\n"
+                "into the daemon's store. The daemon reads PATH itself, so it must be on the\n"
+                "daemon's machine. --name stores it under REF (default: the name inside).\n",
+        .opts = "name=",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
         .name = "image ls",
         .run = cmd_image_ls,
         .summary = "list the daemon's images",

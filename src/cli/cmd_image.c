@@ -1,5 +1,7 @@
 /* sandboxer image pull | ls | rm: the daemon's image store over /images. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli_internal.h"
@@ -17,33 +19,54 @@ static const char *short_digest(const char *digest, char *out, size_t size)
     return out;
 }
 
-int cmd_image_pull(cli_t *cli, const cli_args_t *args, err_t *err)
+/* POST path with body (long timeout) and print the stored ref: pull and import alike. */
+static int store_image(cli_t *cli, const char *path, json_t *body, const char *verb,
+                       const char *given, err_t *err)
 {
-    const char *ref = cli_arg(args, 0);
-    _cleanup_json_ json_t *body = json_object();
     _cleanup_resp_ client_resp_t resp = {0};
-    if (!*ref || json_object_set_new(body, "image", json_string(ref)) < 0)
-        return cli_usage(err, "image pull: '%s' is not an image reference", ref);
     client_t *c = cli_connect(cli, true, err);
     if (!c)
         return -1;
     client_set_timeout(c, CLI_PULL_TIMEOUT_S);
-    if (client_call(c, "POST", "/images/pull", body, &resp, err) < 0)
+    if (client_call(c, "POST", path, body, &resp, err) < 0)
         return -1;
     if (cli->json) {
         cli_print_raw(&resp);
         return 0;
     }
-    /* The ref as the daemon stored it on stdout, for scripts; what was pulled on stderr. */
+    /* The ref as the daemon stored it on stdout, for scripts; what was stored on stderr. */
     char digest[DIGEST_SHORT + 1], size[32];
-    _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "ref", ref));
+    _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "ref", given));
     _cleanup_free_ char *dg =
         cli_safe(short_digest(cli_jstr(resp.json, "digest", "-"), digest, sizeof(digest)));
     printf("%s\n", shown);
     fflush(stdout);
-    fprintf(stderr, "pulled %s, digest %s, %s\n", shown, dg,
+    fprintf(stderr, "%s %s, digest %s, %s\n", verb, shown, dg,
             cli_format_size(json_object_get(resp.json, "size"), size, sizeof(size)));
     return 0;
+}
+
+int cmd_image_pull(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    const char *ref = cli_arg(args, 0);
+    _cleanup_json_ json_t *body = json_object();
+    if (!*ref || json_object_set_new(body, "image", json_string(ref)) < 0)
+        return cli_usage(err, "image pull: '%s' is not an image reference", ref);
+    return store_image(cli, "/images/pull", body, "pulled", ref, err);
+}
+
+int cmd_image_import(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    const char *path = cli_arg(args, 0);
+    const char *name = cli_opt_str(args, "name");
+    _cleanup_free_ char *abs = realpath(path, NULL);
+    if (!abs)
+        return err_set(err, ERR_INVALID, errno, "usage", "image import: %s: %s", path,
+                       strerror(errno));
+    _cleanup_json_ json_t *body = json_pack("{s:s}", "path", abs);
+    if (name && json_object_set_new(body, "ref", json_string(name)) < 0)
+        return cli_usage(err, "image import: '%s' is not an image reference", name);
+    return store_image(cli, "/images/import", body, "imported", path, err);
 }
 
 static void print_images(const json_t *images)

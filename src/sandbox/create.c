@@ -112,6 +112,11 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                              user && *user ? user : NULL, "cwd", cwd && *cwd ? cwd : "/", "network",
                              q->network ? q->network : "none", "ports", q->ports, "idle_timeout",
                              (json_int_t)(q->idle_timeout >= 0 ? q->idle_timeout : 0));
+    /* The lower dirs it mounts: image GC keeps them while the sandbox exists. */
+    json_t *layers = json_array();
+    for (size_t i = 0; i < img->n_layers; i++)
+        json_array_append_new(layers, json_string(img->layer_dirs[i]));
+    json_object_set_new(spec, "layers", layers);
     json_t *exposed = json_object_get(img->config, "ExposedPorts");
     if (json_is_object(exposed))
         json_object_set(spec, "exposed_ports", exposed);

@@ -285,3 +285,22 @@ bool sbx_image_in_use(sbx_mgr_t *m, const char *ref)
     store_sandbox_list_free(items, n);
     return used;
 }
+
+int sbx_layers_in_use(sbx_mgr_t *m, json_t **out, err_t *err)
+{
+    sandbox_rec_t *items = NULL;
+    size_t n = 0;
+    if (store_sandbox_list_live(m->store, &items, &n, err) < 0)
+        return -1;
+    json_t *set = json_object(); /* a set of dirs */
+    for (size_t i = 0; i < n; i++) {
+        json_t *dir;
+        size_t k;
+        json_array_foreach(json_object_get(items[i].spec, "layers"), k,
+                           dir) if (json_is_string(dir))
+            json_object_set_new(set, json_string_value(dir), json_true());
+    }
+    store_sandbox_list_free(items, n);
+    *out = set;
+    return 0;
+}

@@ -123,3 +123,5 @@ int sbx_exec_logs(sbx_mgr_t *m, const user_t *owner, const char *key, int64_t ei
 
 /* True if a non-terminated sandbox uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);
+/* The layer dirs non-terminated sandboxes mount, as the keys of a new JSON object. */
+int sbx_layers_in_use(sbx_mgr_t *m, json_t **out, err_t *err);

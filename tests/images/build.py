@@ -37,7 +37,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE = "/var/cache/sandboxer/test-images"
-IMAGES = ("hello-world", "busybox", "python")
+IMAGES = ("hello-world", "busybox", "python", "webapp")
 CREATED = "2024-01-01T00:00:00Z"
 EPOCH = 1704067200  # CREATED as Unix time: every entry's mtime, for reproducible layers
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -197,6 +197,30 @@ def build_busybox(layout, work):
                   {"Env": [PATH_ENV], "Cmd": ["sh"], "WorkingDir": "/"})
 
 
+def build_webapp(layout, work):
+    """busybox's layer plus a second one: /app owned by sbx, a file of the first layer
+    deleted (a whiteout), and a config that sets every field the daemon honours."""
+    build_busybox(layout, work)
+    base = json.load(open(os.path.join(layout.path, "index.json")))["manifests"][0]
+    manifest = json.load(open(os.path.join(layout.path, "blobs", "sha256",
+                                           base["digest"].split(":")[1])))
+    config = json.load(open(os.path.join(layout.path, "blobs", "sha256",
+                                         manifest["config"]["digest"].split(":")[1])))
+    top = os.path.join(work, "top")
+    os.makedirs(os.path.join(top, "app"))
+    os.makedirs(os.path.join(top, "etc"))
+    with open(os.path.join(top, "app", "run.sh"), "w") as f:
+        f.write('echo "app in $(pwd) as $(id -un) mode=$APP_MODE args=$*"\nexec sleep 1000000\n')
+    open(os.path.join(top, "etc", ".wh.group"), "w").close()  # whiteout: /etc/group goes
+    desc, diff_id = layout.add_layer(
+        top, owner=lambda name: (1000, 1000) if name.startswith("app") else (0, 0))
+    layout.finish("webapp", manifest["layers"] + [desc],
+                  config["rootfs"]["diff_ids"] + [diff_id],
+                  {"Env": [PATH_ENV, "APP_MODE=test"], "Entrypoint": ["sh", "/app/run.sh"],
+                   "Cmd": ["default-arg"], "WorkingDir": "/app", "User": "sbx",
+                   "ExposedPorts": {"8080/tcp": {}}})
+
+
 def apt_mirror(suite="bookworm"):
     """The URI apt uses for `suite main` (sources.list, *.list and deb822 *.sources)."""
     files = ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list")) + \
@@ -256,7 +280,8 @@ def build_python(layout, work):
                   {"Env": [PATH_ENV, "LANG=C.UTF-8"], "Cmd": ["python3"], "WorkingDir": "/"})
 
 
-BUILDERS = {"hello-world": build_hello, "busybox": build_busybox, "python": build_python}
+BUILDERS = {"hello-world": build_hello, "busybox": build_busybox, "python": build_python,
+            "webapp": build_webapp}
 
 
 def input_key(name):
@@ -273,7 +298,7 @@ def input_key(name):
         with open(os.path.join(HERE, "hello.c"), "rb") as f:
             h.update(f.read())
         h.update(subprocess.run(["gcc", "--version"], capture_output=True).stdout)
-    elif name == "busybox":
+    elif name in ("busybox", "webapp"):
         h.update(sha256_file(busybox_path()).encode())
     return h.hexdigest()
 

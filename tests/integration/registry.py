@@ -142,7 +142,8 @@ def push_layout(reg, layout, name, tag="latest"):
     return reg.ref(name, tag)
 
 
-def push_test_images(reg, names=("hello-world", "busybox"), python=False, cache_dir=None):
+def push_test_images(reg, names=("hello-world", "busybox", "webapp"), python=False,
+                     cache_dir=None):
     """Build (or reuse from the cache) the test images and push them to reg. The python
     image is slow to build the first time: it is pushed only with python=True.
     Returns {name: reference on reg}."""

@@ -45,3 +45,22 @@ def test_cli_logs_of_hello_world(sbx_daemon, sbx):
 def test_cli_exec_errors(sbx_daemon):
     p = run(sbx_daemon, "exec", "0" * 64, "--", "true", check=False)
     assert p.returncode == 1 and "404" in p.stderr
+
+
+def test_cli_image_import_then_run_then_remove(sbx_daemon, sbx, sbx_user):
+    import registry
+    layout = registry._build_module().ensure("busybox")
+    d = sbx_daemon
+    ref = run(d, "image", "import", layout, "--name", "localhost/imported:v1").stdout.strip()
+    assert ref == "localhost/imported:v1"
+    assert ref in run(d, "image", "ls").stdout
+    sid = sbx.create(ref)["id"]
+    assert sbx.sh(sid, "echo from-import")["stdout"] == "from-import\n"
+    p = run(d, "image", "rm", ref, check=False)
+    assert p.returncode == 1 and "409" in p.stderr  # in use
+    sbx.delete(f"/sandboxes/{sid}")
+    run(d, "image", "rm", ref)
+    assert ref not in run(d, "image", "ls").stdout
+    bob = sbx_user("bob")
+    r = bob.post("/images/import", json={"path": layout})
+    assert r.status_code == 403

@@ -362,3 +362,24 @@ def test_main_log_is_capped_on_the_host(registry_url, tmp_path):
             c.cleanup()
     finally:
         d.kill()
+
+
+def test_image_config_and_layers_are_honoured(sbx):
+    """webapp: two layers (the top one deletes /etc/group), Entrypoint + Cmd, WorkingDir,
+    User, Env."""
+    sid = sbx.create("webapp")["id"]
+    deadline = time.monotonic() + 10
+    while "app in" not in (log := sbx.get(f"/sandboxes/{sid}/logs").text):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.05)
+    assert log == "app in /app as sbx mode=test args=default-arg\n"
+    r = sbx.sh(sid, "id -un; pwd; test -e /etc/group && echo group || echo no-group; "
+                    "cat /etc/passwd | grep -c sbx")
+    assert r["stdout"] == "sbx\n/app\nno-group\n1\n", r
+    assert sbx.post(f"/sandboxes/{sid}/exec",
+                    json={"argv": ["id", "-u"], "user": "root"}).json()["stdout"] == "0\n"
+    args = sbx.create("webapp", args=["sh", "-c", "echo override; exec sleep 1000"])["id"]
+    deadline = time.monotonic() + 10
+    while "override" not in sbx.get(f"/sandboxes/{args}/logs").text:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
