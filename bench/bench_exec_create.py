@@ -412,7 +412,7 @@ class Podman:
 
 # ---------------------------------------------------------------- main
 
-def machine_info():
+def machine_info(binary):
     def out(argv):
         try:
             return run(argv, check=False, text=True, timeout=10).stdout.strip()
@@ -435,7 +435,9 @@ def machine_info():
         "cgroup": cg,
         "runc": out(["runc", "--version"]).splitlines()[0] if out(["runc", "--version"]) else "?",
         "podman": out(["podman", "--version"]) if shutil.which("podman") else "not installed",
-        "sandboxer": out(["git", "-C", ROOT, "describe", "--always", "--dirty"]),
+        # the commit of the tree the binary was built in (bench/ itself may be uncommitted)
+        "sandboxer": out(["git", "-C", os.path.dirname(os.path.realpath(binary)), "describe",
+                          "--always", "--dirty"]) or "?",
         "python": platform.python_version(),
         "loadavg": loadavg(),
     }
@@ -504,7 +506,7 @@ def main():
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(args.total_timeout)
 
-    info = machine_info()
+    info = machine_info(args.bin)
     prefix = f"sbx-bench-{os.getpid()}"
     workdir = tempfile.mkdtemp(prefix="sbx-bench-")
     reg = sbx = rc = pm = failed = None

@@ -1,5 +1,6 @@
 /* The runc driver: every invocation of the OCI runtime goes through here. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -148,4 +149,53 @@ pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid,
     read_small_file(dirfd, "runc.err", why, sizeof(why));
     return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s",
                    why[0] ? ": " : "", why);
+}
+
+int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,
+                       bool leave_running, err_t *err)
+{
+    char *argv[16];
+    int n = 0;
+    char *fixed[] = {(char *)cfg.runtime, "--root", (char *)cfg.root, "checkpoint",
+                     "--image-path", (char *)image_dir, "--work-path", (char *)work_dir,
+                     "--file-locks"};
+    for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
+        argv[n++] = fixed[i];
+    if (leave_running)
+        argv[n++] = "--leave-running";
+    argv[n++] = (char *)id;
+    argv[n] = NULL;
+    if (proc_run_ok(argv, 120000, NULL, err) < 0)
+        return err_prefix(err, "checkpoint (CRIU log in %s/dump.log)", work_dir);
+    return 0;
+}
+
+int runtime_after_restore(pid_t init_pid, const char *hostname, err_t *err)
+{
+    char pid[16];
+    snprintf(pid, sizeof(pid), "%d", (int)init_pid);
+    /* runc restores into a new, empty netns: its loopback starts down. */
+    char *lo[] = {"nsenter", "-t", pid, "-n", "ip", "link", "set", "lo", "up", NULL};
+    char *host[] = {"nsenter", "-t", pid, "-u", "hostname", (char *)hostname, NULL};
+    if (proc_run_ok(lo, 10000, NULL, err) < 0)
+        return -1;
+    return hostname ? proc_run_ok(host, 10000, NULL, err) : 0;
+}
+
+static bool criu_ok;
+static pthread_once_t criu_once = PTHREAD_ONCE_INIT;
+
+static void check_criu(void)
+{
+    char *argv[] = {"criu", "check", NULL};
+    err_t err = {0};
+    criu_ok = proc_run_ok(argv, 30000, NULL, &err) == 0;
+    if (!criu_ok)
+        log_warn("runtime.criu_unavailable", "msg=\"fork keeps files only; no hibernate\"");
+}
+
+bool runtime_criu_available(void)
+{
+    pthread_once(&criu_once, check_criu);
+    return criu_ok;
 }

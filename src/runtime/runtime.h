@@ -22,6 +22,7 @@ struct spec_opts {
     const char *sock_dir;   /* host dir for the agent socket (bound at /run/sandboxer) */
     const char *etc_dir;    /* host dir with hostname, hosts (bound ro into /etc) */
     const char *netns_path; /* join this netns, or NULL for a new loopback-only one */
+    const char *criu_conf;  /* CRIU config file runc hands to CRIU (org.criu.config) */
     json_t *env;            /* array of "K=V" strings for the main process (borrowed) */
     json_t *args;           /* array: the main process argv, may be empty (borrowed) */
     const char *cwd;        /* working dir, "/" if NULL */
@@ -51,6 +52,7 @@ struct shim_paths {
     const char *run_dir; /* host-only: shim.pid, init.pid, exit */
     const char *log_dir; /* main.log (+ main.log.1) */
     uint64_t log_max;    /* bytes per log file before rotation */
+    const char *restore; /* a checkpoint image dir to restore from instead of a fresh run */
 };
 
 /*
@@ -67,6 +69,16 @@ int runtime_delete(const char *id, err_t *err);
 int runtime_state(const char *id, char *out, size_t size, pid_t *pid, err_t *err);
 /* Freeze or thaw the container (runc pause/resume). */
 int runtime_pause(const char *id, bool pause, err_t *err);
+/*
+ * Checkpoint the container with CRIU into image_dir (work_dir gets CRIU's log). With
+ * leave_running the container goes on afterwards; without, it ends.
+ */
+int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,
+                       bool leave_running, err_t *err);
+/* After a restore: bring up loopback in a fresh netns and set the hostname (as the host). */
+int runtime_after_restore(pid_t init_pid, const char *hostname, err_t *err);
+/* True if CRIU works here (`criu check`), tested once. */
+bool runtime_criu_available(void);
 
 /* The hidden `sandboxer internal-shim` verb. */
 int shim_main(int argc, char **argv);

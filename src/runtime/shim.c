@@ -21,7 +21,7 @@
 #include "runtime.h"
 
 struct shim {
-    const char *id, *bundle, *run_dir, *log_dir, *runtime, *root;
+    const char *id, *bundle, *run_dir, *log_dir, *runtime, *root, *restore;
     uint64_t log_max;
     int run_fd, log_fd;
     uint64_t log_size;
@@ -114,8 +114,15 @@ static pid_t start_runc(struct shim *s, int out_w, int err_w)
     dup2(devnull, 0);
     dup2(out_w, 1);
     dup2(err_w, 2);
-    execlp(s->runtime, s->runtime, "--root", s->root, "--log", runclog, "run", "--bundle",
-           s->bundle, "--pid-file", pidfile, s->id, (char *)NULL);
+    if (s->restore) {
+        /* CRIU's own log goes next to its images' work dir: the run dir. */
+        execlp(s->runtime, s->runtime, "--root", s->root, "--log", runclog, "restore",
+               "--image-path", s->restore, "--work-path", s->run_dir, "--file-locks", "--bundle",
+               s->bundle, "--pid-file", pidfile, s->id, (char *)NULL);
+    } else {
+        execlp(s->runtime, s->runtime, "--root", s->root, "--log", runclog, "run", "--bundle",
+               s->bundle, "--pid-file", pidfile, s->id, (char *)NULL);
+    }
     fprintf(stderr, "cannot run %s: %s\n", s->runtime, strerror(errno));
     _exit(127);
 }
@@ -125,7 +132,7 @@ static int parse_args(int argc, char **argv, struct shim *s)
     static const struct option opts[] = {
         {"id", 1, 0, 'i'},      {"bundle", 1, 0, 'b'},  {"run-dir", 1, 0, 'r'},
         {"log-dir", 1, 0, 'l'}, {"log-max", 1, 0, 'm'}, {"runtime", 1, 0, 't'},
-        {"root", 1, 0, 'R'},    {0, 0, 0, 0},
+        {"root", 1, 0, 'R'},    {"restore", 1, 0, 'x'}, {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {

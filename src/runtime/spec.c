@@ -256,6 +256,9 @@ int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err)
                              "hostname", o->hostname, "mounts", mounts(o), "linux", linux_);
     if (!spec || !linux_)
         return err_set(err, ERR_INTERNAL, 0, "internal", "cannot build the OCI spec");
+    /* Our CRIU options, and never the host's /etc/criu/runc.conf by accident. */
+    json_object_set_new(spec, "annotations",
+                        json_pack("{s:s}", "org.criu.config", o->criu_conf ? o->criu_conf : ""));
     *out = spec;
     return 0;
 }

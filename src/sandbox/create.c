@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,7 +79,7 @@ static int write_file(const char *dir, const char *name, const char *text, err_t
     return 0;
 }
 
-static int make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err)
+int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err)
 {
     const char *dirs[] = {p->dir, p->bundle, p->rootfs, p->upper, p->work,
                           p->run, p->sock,   p->logs,   p->etc};
@@ -112,6 +113,8 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                              user && *user ? user : NULL, "cwd", cwd && *cwd ? cwd : "/", "network",
                              q->network ? q->network : "none", "ports", q->ports, "idle_timeout",
                              (json_int_t)(q->idle_timeout >= 0 ? q->idle_timeout : 0));
+    /* The agent version it binds: forks and restores keep binding the same file. */
+    json_object_set_new(spec, "agent_dir", json_string(m->agent_dir));
     /* The lower dirs it mounts: image GC keeps them while the sandbox exists. */
     json_t *layers = json_array();
     for (size_t i = 0; i < img->n_layers; i++)
@@ -123,19 +126,29 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
     return spec;
 }
 
-/* Prepare storage and bundle and boot: 0 running, 1 already exited, -1 failed. */
-static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
-                           const image_t *img, const struct sbx_paths *p, err_t *err)
+int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
 {
-    if (make_dirs(p, r->hostname, err) < 0 ||
-        storage_mount_overlay(img->layer_dirs, img->n_layers, p->upper, p->work, p->rootfs, err) <
-            0)
-        return -1;
+    if (storage_is_mounted(p->rootfs))
+        return 0;
+    json_t *layers = json_object_get(r->spec, "layers");
+    size_t n = json_array_size(layers);
+    _cleanup_free_ char **dirs = xcalloc(n + 1, sizeof(*dirs));
+    for (size_t i = 0; i < n; i++)
+        dirs[i] = (char *)json_string_value(json_array_get(layers, i));
+    return storage_mount_overlay(dirs, n, p->upper, p->work, p->rootfs, err);
+}
+
+int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p,
+                     err_t *err)
+{
     json_t *res = json_object_get(r->spec, "resources");
     struct spec_opts so = {
         .id = r->id,
         .hostname = r->hostname,
-        .agent_dir = m->agent_dir,
+        .agent_dir = json_object_get(r->spec, "agent_dir")
+                         ? json_string_value(json_object_get(r->spec, "agent_dir"))
+                         : m->agent_dir,
+        .criu_conf = m->criu_conf,
         .sock_dir = p->sock,
         .etc_dir = p->etc,
         .env = json_object_get(r->spec, "env"),
@@ -152,17 +165,46 @@ static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t
         return -1;
     if (json_dump_file(spec, config, JSON_COMPACT) < 0)
         return err_sys(err, "write %s", config);
-    return sbx_boot(m, l, p, err);
+    return 0;
 }
 
-int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err)
+/* Prepare storage and bundle and boot: 0 running, 1 already exited, -1 failed. */
+static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                           const struct sbx_paths *p, err_t *err)
 {
-    struct shim_paths sp = {l->id, p->bundle, p->run, p->logs, m->cfg.log_max};
+    if (sbx_make_dirs(p, r->hostname, err) < 0 || sbx_mount_rootfs(r, p, err) < 0 ||
+        sbx_write_bundle(m, r, p, err) < 0)
+        return -1;
+    return sbx_boot(m, l, p, NULL, r->hostname, err);
+}
+
+/* Forget what an earlier run of the container left in its run dir. */
+static void clear_run_dir(int run_fd)
+{
+    const char *names[] = {"init.pid", "exit", "shim.pid", "runc.err"};
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+        unlinkat(run_fd, names[i], 0);
+}
+
+int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
+             const char *hostname, err_t *err)
+{
+    int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int run_fd _cleanup_close_ = open(p->run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0 || run_fd < 0)
+        return err_sys(err, "open the sandbox's dirs");
+    clear_run_dir(run_fd);
+    struct shim_paths sp = {l->id, p->bundle, p->run, p->logs, m->cfg.log_max, restore};
+    if (l->shim_pidfd >= 0) { /* a new shim replaces the one of an earlier run */
+        epoll_ctl(m->epfd, EPOLL_CTL_DEL, l->shim_pidfd, NULL);
+        close(l->shim_pidfd);
+        l->shim_pidfd = -1;
+    }
     l->shim_pid = runtime_start(&sp, START_TIMEOUT_MS, &l->init_pid, err);
     if (l->shim_pid <= 0 || sbx_watch(m, l, err) < 0)
         return -1;
-    int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int run_fd _cleanup_close_ = open(p->run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (restore && runtime_after_restore(l->init_pid, hostname, err) < 0)
+        return -1;
     double deadline = now_mono_ms() + START_TIMEOUT_MS;
     /* Until the agent answers, or the main process has already finished (hello-world). */
     while (now_mono_ms() < deadline) {
@@ -170,7 +212,9 @@ int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t 
         if (agentc_wait_ready(dirfd, "agent.sock", l->init_pid, 50, &e) == 0)
             return 0;
         if (faccessat(run_fd, "exit", F_OK, 0) == 0)
-            return 1;
+            return restore ? err_set(err, ERR_RUNTIME, 0, "runtime",
+                                     "the restored sandbox ended at once")
+                           : 1;
         *err = e;
     }
     return err_prefix(err, "the sandbox's agent did not answer");
@@ -199,6 +243,8 @@ static void fill_record(sandbox_rec_t *r, const user_t *owner, const struct sbx_
 int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q, json_t **out,
                err_t *err)
 {
+    if (q->snapshot)
+        return sbx_snapshot_start(m, owner, q->snapshot, q->label, q->hostname, out, err);
     char ref[512];
     image_t *img = NULL;
     if (image_ref_normalize(q->image, ref, sizeof(ref), err) < 0 ||
@@ -217,7 +263,7 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
     struct sbx_live *l = sbx_live_get(m, r.id, true);
     pthread_rwlock_wrlock(&l->lock);
     int rc = store_sandbox_insert(m->store, &r, err);
-    if (rc == 0 && (rc = start_container(m, l, &r, img, &p, err)) < 0) {
+    if (rc == 0 && (rc = start_container(m, l, &r, &p, err)) < 0) {
         log_warn("sandbox.create_failed", "sandbox=%s code=%s", r.id, err->code);
         sbx_teardown(m, r.id, true, NULL);
         store_sandbox_purge(m->store, r.id, NULL);

@@ -46,7 +46,7 @@ static int require_running(const sandbox_rec_t *r, err_t *err)
 int sbx_exec_check(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err)
 {
     sandbox_rec_t r;
-    if (sbx_lookup(m, owner, key, &r, err) < 0)
+    if (sbx_wake_if_needed(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &r, err) < 0)
         return -1;
     int rc = require_running(&r, err);
     store_sandbox_rec_clear(&r);
@@ -148,7 +148,8 @@ int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sb
              sbx_output_fn sink, void *ctx, struct sbx_exec_result *res, err_t *err)
 {
     sandbox_rec_t r;
-    if (sbx_lookup(m, owner, key, &r, err) < 0)
+    /* A hibernated sandbox wakes first: the request waits, then proceeds. */
+    if (sbx_wake_if_needed(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &r, err) < 0)
         return -1;
     struct sbx_live *l = NULL;
     int rc = require_running(&r, err);

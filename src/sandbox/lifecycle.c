@@ -1,4 +1,5 @@
 /* Reading, updating and deleting sandboxes; exits; reconcile after a restart. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -230,35 +231,81 @@ static pid_t live_shim(sbx_mgr_t *m, const char *id, pid_t *init_pid)
     return strstr(cmd, "internal-shim") && strstr(cmd, id) ? pid : -1;
 }
 
+/* Watch a container found running after a restart; thaw one a crash left frozen. */
+static bool adopt(sbx_mgr_t *m, sandbox_rec_t *r)
+{
+    err_t err = {0};
+    pid_t init_pid = -1, shim = live_shim(m, r->id, &init_pid);
+    if (shim <= 0)
+        return false;
+    struct sbx_live *l = sbx_live_get(m, r->id, true);
+    l->shim_pid = shim;
+    l->init_pid = init_pid;
+    if (sbx_watch(m, l, &err) < 0)
+        log_warn("reconcile.watch_failed", "sandbox=%s", r->id);
+    sbx_live_put(m, l);
+    char state[32] = "";
+    /* A fork or snapshot freezes its source for a moment: a crash then leaves it frozen. */
+    if (strcmp(r->status, "running") == 0 &&
+        runtime_state(r->id, state, sizeof(state), NULL, &err) == 0 &&
+        strcmp(state, "paused") == 0)
+        runtime_pause(r->id, false, &err);
+    const char *status = strcmp(r->status, "paused") == 0 ? "paused" : "running";
+    store_sandbox_set_status(m->store, r->id, status, NULL, false, 0, &err);
+    log_info("reconcile.running", "sandbox=%s", r->id);
+    return true;
+}
+
+static bool marker(sbx_mgr_t *m, const char *id, const char *name)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s/run/%s", m->sandboxes_dir, id, name);
+    return access(path, F_OK) == 0;
+}
+
 static void reconcile_one(sbx_mgr_t *m, sandbox_rec_t *r)
 {
     err_t err = {0};
     if (strcmp(r->intent, "create") == 0) {
-        /* A create that never answered: nothing half-made survives. */
+        /* A create or fork that never answered: nothing half-made survives. */
         sbx_teardown(m, r->id, true, &err);
         store_sandbox_purge(m->store, r->id, &err);
         log_info("reconcile.create_undone", "sandbox=%s", r->id);
-    } else if (strcmp(r->intent, "delete") == 0) {
+    } else if (strcmp(r->intent, "delete") == 0 || strcmp(r->intent, "coalesce") == 0) {
         if (sbx_teardown(m, r->id, true, &err) == 0)
-            store_sandbox_set_deleted(m->store, r->id, "deleted", &err);
+            store_sandbox_set_deleted(m->store, r->id,
+                                      r->intent[0] == 'c' ? "coalesced" : "deleted", &err);
         log_info("reconcile.delete_finished", "sandbox=%s", r->id);
+    } else if ((strcmp(r->intent, "hibernate") == 0 || strcmp(r->intent, "wake") == 0) &&
+               marker(m, r->id, "hibernated") && !(r->intent[0] == 'w' && adopt(m, r))) {
+        /* A complete checkpoint and no container: it sleeps. */
+        sbx_teardown(m, r->id, false, &err);
+        store_sandbox_set_status(m->store, r->id, "hibernated", NULL, false, 0, &err);
+        log_info("reconcile.hibernated", "sandbox=%s", r->id);
     } else if (strcmp(r->status, "running") == 0 || strcmp(r->status, "paused") == 0) {
-        pid_t init_pid = -1, shim = live_shim(m, r->id, &init_pid);
-        if (shim > 0) {
-            struct sbx_live *l = sbx_live_get(m, r->id, true);
-            l->shim_pid = shim;
-            l->init_pid = init_pid;
-            if (sbx_watch(m, l, &err) < 0)
-                log_warn("reconcile.watch_failed", "sandbox=%s", r->id);
-            sbx_live_put(m, l);
-            log_info("reconcile.running", "sandbox=%s", r->id);
+        if (adopt(m, r))
             return;
-        }
         /* Its container is gone: marked exited (code if the shim recorded one), kept. */
         int code = recorded_exit(m, r->id);
         finish_exit(m, r->id, code);
         log_warn("reconcile.container_gone", "sandbox=%s exit_code=%d", r->id, code);
     }
+}
+
+/* Snapshot directories whose row was never written (a crash mid-snapshot). */
+static void remove_orphan_snapshots(sbx_mgr_t *m)
+{
+    _cleanup_free_ char *dir = xasprintf("%s/snapshots", m->cfg.state_dir);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || store_snapshot_exists(m->store, e->d_name))
+            continue;
+        _cleanup_free_ char *path = xasprintf("%s/%s", dir, e->d_name);
+        storage_remove_tree(path, NULL);
+        log_info("reconcile.snapshot_removed", "dir=%s", e->d_name);
+    }
+    if (d)
+        closedir(d);
 }
 
 int sbx_reconcile(sbx_mgr_t *m, err_t *err)
@@ -270,6 +317,7 @@ int sbx_reconcile(sbx_mgr_t *m, err_t *err)
     for (size_t i = 0; i < n; i++)
         reconcile_one(m, &items[i]);
     store_sandbox_list_free(items, n);
+    remove_orphan_snapshots(m);
     return 0;
 }
 
@@ -301,6 +349,10 @@ int sbx_layers_in_use(sbx_mgr_t *m, json_t **out, err_t *err)
             json_object_set_new(set, json_string_value(dir), json_true());
     }
     store_sandbox_list_free(items, n);
+    if (store_snapshot_layers(m->store, set, err) < 0) {
+        json_decref(set);
+        return -1;
+    }
     *out = set;
     return 0;
 }

@@ -32,7 +32,7 @@ static int open_in(struct sbx_log_reader *r, const char *name)
 sbx_log_reader_t *sbx_logs_open(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err)
 {
     sandbox_rec_t rec;
-    if (sbx_lookup(m, owner, key, &rec, err) < 0)
+    if (sbx_wake_if_needed(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &rec, err) < 0)
         return NULL;
     struct sbx_log_reader *r = xcalloc(1, sizeof(*r));
     r->m = m;

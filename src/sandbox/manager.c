@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/proc.h"
@@ -141,26 +143,63 @@ static void *watcher(void *arg)
     }
 }
 
-/* Copy the agent binary into the state dir (atomically), where sandboxes bind it from. */
-static int install_agent(sbx_mgr_t *m, err_t *err)
+/* Copy fd into path atomically (tmp + rename), mode 0555. */
+static int copy_file(int in, const char *path, err_t *err)
 {
-    if (!mkdir_p(m->agent_dir, 0755))
-        return err_sys(err, "create %s", m->agent_dir);
-    int in _cleanup_close_ = open(m->cfg.agent_bin, O_RDONLY | O_CLOEXEC);
-    if (in < 0)
-        return err_sys(err, "open the agent binary %s", m->cfg.agent_bin);
-    _cleanup_free_ char *tmp = xasprintf("%s/.sandboxer-agent.tmp", m->agent_dir);
-    _cleanup_free_ char *dst = xasprintf("%s/sandboxer-agent", m->agent_dir);
+    _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
     int out _cleanup_close_ = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0555);
     if (out < 0)
         return err_sys(err, "create %s", tmp);
     char buf[65536];
     ssize_t n;
+    lseek(in, 0, SEEK_SET);
     while ((n = read(in, buf, sizeof(buf))) > 0)
         if (write(out, buf, (size_t)n) != n)
             return err_sys(err, "write %s", tmp);
-    if (n < 0 || fsync(out) < 0 || rename(tmp, dst) < 0)
-        return err_sys(err, "install the agent");
+    if (n < 0 || fsync(out) < 0 || rename(tmp, path) < 0)
+        return err_sys(err, "install %s", path);
+    return 0;
+}
+
+/*
+ * Install the agent binary under <state>/agent/<content hash>/, where sandboxes bind it
+ * from. A new version goes to a new directory: the file a running sandbox maps is never
+ * replaced, so checkpoints never meet a deleted executable.
+ */
+static int install_agent(sbx_mgr_t *m, err_t *err)
+{
+    int in _cleanup_close_ = open(m->cfg.agent_bin, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return err_sys(err, "open the agent binary %s", m->cfg.agent_bin);
+    unsigned char md[32];
+    char hex[65];
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        EVP_DigestUpdate(ctx, buf, (size_t)n);
+    EVP_DigestFinal_ex(ctx, md, NULL);
+    EVP_MD_CTX_free(ctx);
+    hex_encode(md, 16, hex);
+    m->agent_dir = xasprintf("%s/agent/%s", m->cfg.state_dir, hex);
+    _cleanup_free_ char *dst = xasprintf("%s/sandboxer-agent", m->agent_dir);
+    if (access(dst, X_OK) == 0)
+        return 0;
+    if (!mkdir_p(m->agent_dir, 0755))
+        return err_sys(err, "create %s", m->agent_dir);
+    return copy_file(in, dst, err);
+}
+
+/* CRIU options for every checkpoint and restore (runc passes the file to CRIU). */
+static int write_criu_conf(sbx_mgr_t *m, err_t *err)
+{
+    m->criu_conf = xasprintf("%s/criu.conf", m->cfg.state_dir);
+    /* Deleted files still open or mapped in a sandbox are saved up to this size. */
+    static const char conf[] = "ghost-limit 268435456\n";
+    int fd _cleanup_close_ = open(m->criu_conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1))
+        return err_sys(err, "write %s", m->criu_conf);
     return 0;
 }
 
@@ -171,7 +210,6 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
     m->store = store;
     m->images = images;
     m->sandboxes_dir = xasprintf("%s/sandboxes", cfg->state_dir);
-    m->agent_dir = xasprintf("%s/agent", cfg->state_dir);
     m->runc_root = xasprintf("%s/runc", cfg->state_dir);
     pthread_mutex_init(&m->lock, NULL);
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -183,7 +221,7 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
         sbx_close(m);
         return NULL;
     }
-    if (install_agent(m, err) < 0) {
+    if (install_agent(m, err) < 0 || write_criu_conf(m, err) < 0) {
         sbx_close(m);
         return NULL;
     }
@@ -218,6 +256,7 @@ void sbx_close(sbx_mgr_t *m)
     pthread_mutex_destroy(&m->lock);
     free(m->sandboxes_dir);
     free(m->agent_dir);
+    free(m->criu_conf);
     free(m->runc_root);
     free(m);
 }

@@ -7,7 +7,8 @@
 #include "sandbox_internal.h"
 
 static const struct jfield create_fields[] = {
-    {"image", JF_STRING, true, offsetof(struct sbx_create_req, image), 512, 0, 0},
+    {"image", JF_STRING, false, offsetof(struct sbx_create_req, image), 512, 0, 0},
+    {"snapshot", JF_STRING, false, offsetof(struct sbx_create_req, snapshot), 128, 0, 0},
     {"label", JF_STRING, false, offsetof(struct sbx_create_req, label), 128, 0, 0},
     {"hostname", JF_STRING, false, offsetof(struct sbx_create_req, hostname), 63, 0, 0},
     {"interactive", JF_BOOL, false, offsetof(struct sbx_create_req, interactive), 0, 0, 0},
@@ -30,7 +31,7 @@ static const struct jfield create_fields[] = {
 #define MAX_ARG_LEN (128 * 1024)
 
 /* RFC 1123 host label: letters, digits, '-', not at the ends. */
-static bool hostname_valid(const char *s)
+static bool sbx_hostname_valid(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
@@ -113,9 +114,13 @@ int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)
         .interactive = -1, .cpus = -1, .pids = -1, .is_public = -1, .idle_timeout = -1};
     if (json_decode_fields(body, create_fields, ARRAY_SIZE(create_fields), q, err) < 0)
         return -1;
-    if (q->hostname && !hostname_valid(q->hostname))
-        return err_set(err, ERR_INVALID, 0, "invalid_field",
-                       "field 'hostname' must be an RFC 1123 label (letters, digits, '-')");
+    if (!q->image == !q->snapshot)
+        return err_set(err, ERR_INVALID, 0, "missing_field",
+                       "give exactly one of 'image' and 'snapshot'");
+    if (q->image && !*q->image)
+        return err_set(err, ERR_INVALID, 0, "invalid_field", "field 'image' must not be empty");
+    if (q->hostname && sbx_check_hostname(q->hostname, err) < 0)
+        return -1;
     if ((q->env && check_env(q->env, err) < 0) ||
         (q->args && sbx_check_argv(q->args, "args", false, err) < 0) ||
         (q->ports && check_ports(q->ports, err) < 0) || check_resources(q, err) < 0)
@@ -127,5 +132,13 @@ int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)
     if (q->runtime && strcmp(q->runtime, "runc") != 0)
         return err_set(err, ERR_INVALID, 0, "unsupported",
                        "runtime '%s' is not available on this daemon (use \"runc\")", q->runtime);
+    return 0;
+}
+
+int sbx_check_hostname(const char *s, err_t *err)
+{
+    if (!sbx_hostname_valid(s))
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "field 'hostname' must be an RFC 1123 label (letters, digits, '-')");
     return 0;
 }

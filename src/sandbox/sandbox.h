@@ -52,8 +52,11 @@ struct sbx_create_req {
     int is_public; /* -1 absent */
     const char *runtime;
     int64_t idle_timeout; /* < 0 absent */
+    const char *snapshot; /* start from this snapshot instead of an image */
 };
 
+/* ERR_INVALID unless s is an RFC 1123 host label. */
+int sbx_check_hostname(const char *s, err_t *err);
 /* Decode and validate a create body (unknown fields, types, ranges → ERR_INVALID). */
 int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err);
 /* Create and start a sandbox for owner; *out is its JSON object. */
@@ -120,6 +123,32 @@ int sbx_exec_history(sbx_mgr_t *m, const user_t *owner, const char *key, int lim
                      bool newest_first, json_t **out, err_t *err);
 int sbx_exec_logs(sbx_mgr_t *m, const user_t *owner, const char *key, int64_t eid, int64_t start_id,
                   int limit, json_t **out, err_t *err);
+
+/* Fork a running or paused sandbox (memory included where CRIU works). */
+int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *label,
+             const char *hostname, json_t **out, err_t *err);
+/* The tree key belongs to: {"tree": ascii art, "tree_json": {id, label, status, children}}. */
+int sbx_tree(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
+/* Keep final, delete every other sandbox in parent's subtree; final becomes a root. */
+int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key,
+                 const char *final_key, json_t **out, err_t *err);
+/* Freeze (pause) or thaw a sandbox; *out is {id, status}. */
+int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, json_t **out,
+              err_t *err);
+/* Checkpoint a sandbox to disk, releasing its memory; *out is {id, status}. */
+int sbx_hibernate(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
+/* Restore a hibernated sandbox; *out is {id, status}. */
+int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
+/* Keep a checkpoint and the writable layer of a sandbox as the owner's snapshot name. */
+int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, const char *name,
+                        json_t **out, err_t *err);
+/* Start a new sandbox from the owner's snapshot name (memory included). */
+int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, const char *label,
+                       const char *hostname, json_t **out, err_t *err);
+/* The owner's snapshots. */
+int sbx_snapshot_list(sbx_mgr_t *m, const user_t *owner, json_t **out, err_t *err);
+/* Delete the owner's snapshot name with its files. */
+int sbx_snapshot_delete(sbx_mgr_t *m, const user_t *owner, const char *name, err_t *err);
 
 /* True if a non-terminated sandbox uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);

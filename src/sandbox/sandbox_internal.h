@@ -24,7 +24,8 @@ struct sbx_mgr {
     store_t *store;
     image_store_t *images;
     char *sandboxes_dir; /* <state>/sandboxes */
-    char *agent_dir;     /* <state>/agent: holds the agent binary bound into sandboxes */
+    char *agent_dir;     /* <state>/agent/<hash>: the agent binary new sandboxes bind */
+    char *criu_conf;     /* <state>/criu.conf: CRIU options, passed by runc */
     char *runc_root;
     pthread_mutex_t lock; /* guards the live list */
     struct sbx_live *live;
@@ -64,9 +65,22 @@ void sbx_on_exit(sbx_mgr_t *m, const char *id);
 int sbx_check_argv(json_t *args, const char *field, bool nonempty, err_t *err);
 
 /*
- * Start the prepared bundle of l (shim + runc) and wait until its agent answers: 0, or 1 if
- * the main process already ended (its exit is recorded), -1 on failure.
+ * Start the prepared bundle of l (shim + runc run, or runc restore from the checkpoint dir
+ * restore) and wait until its agent answers: 0, or 1 if the main process already ended (its
+ * exit is recorded), -1 on failure. hostname is set again after a restore.
  */
-int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err);
+int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
+             const char *hostname, err_t *err);
+/* Create a new sandbox's directories and its /etc/hostname and /etc/hosts. */
+int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err);
+/* Mount the overlay root of r (its spec's layers + its upper dir) unless it is mounted. */
+int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
+/* Write the OCI config.json of r into its bundle. */
+int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p,
+                     err_t *err);
+/* Wake a hibernated sandbox of owner before using it (no-op otherwise). */
+int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
+/* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */
+void sbx_fault_point(const char *name);
 /* Record that the container of id ended (exit code from the shim) and release it. */
 void sbx_finish_exit(sbx_mgr_t *m, const char *id);

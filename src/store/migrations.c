@@ -81,6 +81,19 @@ const char *const store_migrations[] = {
     "  created_at REAL NOT NULL,"
     "  pulled_at REAL NOT NULL"
     ");",
+
+    /* 3: snapshots: a checkpoint and a writable layer to start sandboxes from. */
+    "CREATE TABLE snapshots ("
+    "  id TEXT PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  owner_id INTEGER NOT NULL REFERENCES users(id),"
+    "  source_id TEXT NOT NULL,"
+    "  image TEXT NOT NULL,"
+    "  spec TEXT NOT NULL,"
+    "  memory_preserved INTEGER NOT NULL DEFAULT 1,"
+    "  created_at REAL NOT NULL,"
+    "  UNIQUE (owner_id, name)"
+    ");",
 };
 
 const int store_migrations_count = sizeof(store_migrations) / sizeof(store_migrations[0]);

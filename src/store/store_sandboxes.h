@@ -72,3 +72,45 @@ int store_exec_list(store_t *s, const char *sandbox_id, int limit, bool newest_f
 /* One execution (of sandbox_id) and its logs with id > start_id, at most limit rows. */
 int store_exec_logs(store_t *s, const char *sandbox_id, int64_t eid, int64_t start_id, int limit,
                     json_t **execution, json_t **logs, err_t *err);
+
+/* Set (or with NULL clear) the parent of id. */
+int store_sandbox_set_parent(store_t *s, const char *id, const char *parent_id, err_t *err);
+/*
+ * Every row in the subtree rooted at root_id (root included, terminated ones too), parents
+ * before children; a malloc'd array.
+ */
+int store_sandbox_subtree(store_t *s, const char *root_id, sandbox_rec_t **out, size_t *n,
+                          err_t *err);
+/* In one transaction: mark victims for deletion (intent "coalesce"), make final a root. */
+int store_sandbox_mark_coalesce(store_t *s, const char *final_id, const char *const *victims,
+                                size_t n, err_t *err);
+
+/* A snapshot: a checkpoint and a writable layer of one sandbox, to start new ones from. */
+typedef struct {
+    char id[65];
+    char name[129];
+    int64_t owner_id;
+    char source_id[65];
+    char image[512];
+    json_t *spec; /* owned */
+    bool memory_preserved;
+    double created_at;
+} snapshot_rec_t;
+
+/* Insert a snapshot; a name the owner already uses is ERR_CONFLICT. */
+int store_snapshot_insert(store_t *s, const snapshot_rec_t *r, err_t *err);
+/* owner's snapshot called name (ERR_NOT_FOUND otherwise). */
+int store_snapshot_get(store_t *s, int64_t owner_id, const char *name, snapshot_rec_t *out,
+                       err_t *err);
+/* owner's snapshots as a malloc'd array, oldest first. */
+int store_snapshot_list(store_t *s, int64_t owner_id, snapshot_rec_t **out, size_t *n,
+                        err_t *err);
+/* Delete owner's snapshot called name (ERR_NOT_FOUND otherwise). */
+int store_snapshot_delete(store_t *s, int64_t owner_id, const char *name, err_t *err);
+/* Free a snapshot record's spec / a list of them. */
+void store_snapshot_rec_clear(snapshot_rec_t *r);
+void store_snapshot_list_free(snapshot_rec_t *items, size_t n);
+/* True if a snapshot with this id is recorded. */
+bool store_snapshot_exists(store_t *s, const char *id);
+/* Add the layer dirs snapshots need to set (a JSON object used as a set). */
+int store_snapshot_layers(store_t *s, json_t *set, err_t *err);
