@@ -20,7 +20,6 @@ python3-httpx only.
 """
 import argparse
 import glob
-import importlib.util
 import json
 import os
 import platform

@@ -100,6 +100,8 @@ static pid_t spawn_shim(const struct shim_paths *p, err_t *err)
                     (char *)cfg.runtime,
                     "--root",
                     (char *)cfg.root,
+                    p->restore ? "--restore" : NULL,
+                    (char *)p->restore,
                     NULL};
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
@@ -156,9 +158,9 @@ int runtime_checkpoint(const char *id, const char *image_dir, const char *work_d
 {
     char *argv[16];
     int n = 0;
-    char *fixed[] = {(char *)cfg.runtime, "--root", (char *)cfg.root, "checkpoint",
-                     "--image-path", (char *)image_dir, "--work-path", (char *)work_dir,
-                     "--file-locks"};
+    char *fixed[] = {(char *)cfg.runtime, "--root",         (char *)cfg.root,
+                     "checkpoint",        "--image-path",   (char *)image_dir,
+                     "--work-path",       (char *)work_dir, "--file-locks"};
     for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
         argv[n++] = fixed[i];
     if (leave_running)

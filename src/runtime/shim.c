@@ -158,6 +158,9 @@ static int parse_args(int argc, char **argv, struct shim *s)
         case 'R':
             s->root = optarg;
             break;
+        case 'x':
+            s->restore = optarg;
+            break;
         default:
             return -1;
         }

@@ -189,7 +189,7 @@ void sbx_finish_exit(sbx_mgr_t *m, const char *id)
     finish_exit(m, id, recorded_exit(m, id));
 }
 
-void sbx_on_exit(sbx_mgr_t *m, const char *id)
+void sbx_on_exit(sbx_mgr_t *m, const char *id, pid_t shim_pid)
 {
     struct sbx_live *l = sbx_live_get(m, id, false);
     if (!l)
@@ -197,7 +197,8 @@ void sbx_on_exit(sbx_mgr_t *m, const char *id)
     pthread_rwlock_wrlock(&l->lock);
     sandbox_rec_t r;
     err_t err = {0};
-    if (store_sandbox_get(m->store, -1, id, &r, &err) == 0) {
+    /* The shim of an earlier run (before a hibernate and wake) ending is no news. */
+    if (l->shim_pid == shim_pid && store_sandbox_get(m->store, -1, id, &r, &err) == 0) {
         if (strcmp(r.status, "running") == 0 && !r.intent[0])
             finish_exit(m, id, recorded_exit(m, id));
         store_sandbox_rec_clear(&r);
@@ -247,8 +248,7 @@ static bool adopt(sbx_mgr_t *m, sandbox_rec_t *r)
     char state[32] = "";
     /* A fork or snapshot freezes its source for a moment: a crash then leaves it frozen. */
     if (strcmp(r->status, "running") == 0 &&
-        runtime_state(r->id, state, sizeof(state), NULL, &err) == 0 &&
-        strcmp(state, "paused") == 0)
+        runtime_state(r->id, state, sizeof(state), NULL, &err) == 0 && strcmp(state, "paused") == 0)
         runtime_pause(r->id, false, &err);
     const char *status = strcmp(r->status, "paused") == 0 ? "paused" : "running";
     store_sandbox_set_status(m->store, r->id, status, NULL, false, 0, &err);

@@ -138,7 +138,7 @@ static void *watcher(void *arg)
             waitpid(pid, NULL, WNOHANG); /* reap it if it is our child */
             char id[65];
             if (id_for_shim(m, pid, id, sizeof(id)))
-                sbx_on_exit(m, id);
+                sbx_on_exit(m, id, pid);
         }
     }
 }

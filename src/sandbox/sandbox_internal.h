@@ -59,7 +59,7 @@ json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r);
 /* Tear down whatever exists of a sandbox's container and storage (idempotent). */
 int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err);
 /* The main process ended: record it and release the container (watcher thread). */
-void sbx_on_exit(sbx_mgr_t *m, const char *id);
+void sbx_on_exit(sbx_mgr_t *m, const char *id, pid_t shim_pid);
 
 /* An array of strings without NUL bytes, bounded (ERR_INVALID naming field otherwise). */
 int sbx_check_argv(json_t *args, const char *field, bool nonempty, err_t *err);
@@ -76,8 +76,7 @@ int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err);
 /* Mount the overlay root of r (its spec's layers + its upper dir) unless it is mounted. */
 int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
 /* Write the OCI config.json of r into its bundle. */
-int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p,
-                     err_t *err);
+int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
 /* Wake a hibernated sandbox of owner before using it (no-op otherwise). */
 int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */

@@ -26,8 +26,9 @@ def free_port():
 class Daemon:
     """One `sandboxer serve` process; start/stop can be repeated on the same state dir."""
 
-    def __init__(self, workdir, extra_args=()):
+    def __init__(self, workdir, extra_args=(), env=None):
         self.workdir = workdir
+        self.env = env
         self.state_dir = os.path.join(workdir, "state")
         self.socket = os.path.join(workdir, "api.sock")
         self.extra_args = list(extra_args)
@@ -42,14 +43,17 @@ class Daemon:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout=20):
-        self.port = free_port()
+        if self.port is None:  # a restart keeps the address, so clients keep working
+            self.port = free_port()
         self.starts += 1
         self.stdout_path = os.path.join(self.workdir, f"stdout.{self.starts}")
         self.stderr_path = os.path.join(self.workdir, f"stderr.{self.starts}")
         args = [BIN, "serve", "--listen", f"127.0.0.1:{self.port}", "--socket", self.socket,
                 "--state-dir", self.state_dir] + self.extra_args
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            env = dict(os.environ, **(self.env or {}))
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                         env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
