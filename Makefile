@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 ARGS        ?=
 SETUP_DONE  ?=
 
-.PHONY: all setup build run test unit integration asan fuzz fmt fmt-check clean
+.PHONY: all setup build run test unit integration asan fuzz fmt fmt-check clean bench
 
 all: build
 
@@ -70,6 +70,10 @@ fuzz: setup $(FUZZ_BUILD)/build.ninja
 	  else tail -n 60 $$work.log; rm -rf $$work $$work.log; exit 1; fi; \
 	  rm -rf $$work $$work.log; \
 	done
+
+# Benchmarks against podman and bare runc (installs podman); prints tables. Not a test.
+bench: build
+	BENCH_NO_BUILD=1 ./bench/run $(ARGS)
 
 C_FILES = $(shell git ls-files '*.c' '*.h')
 

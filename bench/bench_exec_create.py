@@ -366,11 +366,12 @@ class Podman:
         self.image = f"localhost/{prefix}-busybox:latest"
         self.names = set()
         self.seq = 0
-        self.image_loaded = False
+        self.layout = layout
+
+    def load(self):
         # skopeo, not `podman pull oci:DIR`, which names the image after the directory
-        run(["skopeo", "copy", "--quiet", f"oci:{layout}:latest",
+        run(["skopeo", "copy", "--quiet", f"oci:{self.layout}:latest",
              f"containers-storage:{self.image}"], timeout=300)
-        self.image_loaded = True
 
     def start(self):
         self.seq += 1
@@ -405,7 +406,7 @@ class Podman:
                       f"name=^{self.prefix}-"], check=False, text=True).stdout.split()
         for name in set(listed) | self.names:
             self.delete(name)
-        if self.image_loaded:
+        if run(["podman", "image", "exists", self.image], check=False).returncode == 0:
             run(["podman", "rmi", "-f", self.image], check=False)
 
 
@@ -524,6 +525,7 @@ def main():
         rc = Runc(layout, os.path.join(workdir, "runc"), prefix)
         if not args.no_podman:
             pm = Podman(layout, prefix)
+            pm.load()
 
         # the image is pulled by the first create, before any timing
         log("sandboxer: pulling busybox (untimed)")
@@ -610,7 +612,9 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"machine": info, "rows": [
                 {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
-                 if k != "samples"} | {"n": len(r["samples"])} for r in rows]}, f, indent=2)
+                 if k != "samples"} | {"n": len(r["samples"]),
+                                       "samples_ms": [round(x, 3) for x in r["samples"]]}
+                for r in rows]}, f, indent=2)
     if failed is not None:
         sys.exit(1)
 

@@ -48,6 +48,7 @@ struct serve_opts {
     uint64_t max_execs;
     const char *agent;
     const char *runtime;
+    const char *storage_driver;
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT };
@@ -102,6 +103,9 @@ static const struct opt_def {
      "sandboxer-agent binary (default: found beside this binary)"},
     {"runtime", "SANDBOXER_RUNTIME", "runc", OPT_STR, offsetof(struct serve_opts, runtime),
      "OCI runtime binary"},
+    {"storage-driver", "SANDBOXER_STORAGE_DRIVER", "auto", OPT_STR,
+     offsetof(struct serve_opts, storage_driver),
+     "auto (btrfs when the state dir is on btrfs), overlay or btrfs"},
 };
 
 static void usage(FILE *f)
@@ -311,6 +315,7 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .agent_bin = d->agent,
         .self_exe = d->self,
         .runtime = o->runtime,
+        .storage_driver = o->storage_driver,
         .default_cpus = cpus,
         .default_memory = o->default_memory,
         .default_pids = (int64_t)o->default_pids,

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -245,6 +246,19 @@ static enum MHD_Result queue(api_req_t *r)
     return MHD_queue_response(r->conn, r->status, r->resp);
 }
 
+/*
+ * Acknowledge at once: a client that sends headers and body in two segments (Nagle) waits
+ * for our ACK of the first, which the kernel would otherwise delay by ~40 ms.
+ */
+static void quick_ack(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int one = 1;
+    if (ci)
+        setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
@@ -255,6 +269,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         r = *req_cls = req_new(api, conn, url, method);
         log_set_request_id(r->rid);
+        quick_ack(conn);
         on_headers(r);
         if (r->resp)
             return queue(r);

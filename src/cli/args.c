@@ -182,7 +182,7 @@ int cli_args_parse(cli_t *cli, const struct cli_verb *verb, int argc, char **arg
     cli_args_t *a = xcalloc(1, sizeof(*a));
     a->verb = verb->name;
     a->pos = xcalloc((size_t)argc + 1, sizeof(*a->pos));
-    a->fixed_args = verb->min_args;
+    a->fixed_args = verb->fixed_args > verb->min_args ? verb->fixed_args : verb->min_args;
     parse_spec(a, verb->opts);
     *help = false;
     if (parse_words(cli, a, argc, argv, help, err) < 0 ||

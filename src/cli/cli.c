@@ -2,7 +2,8 @@
  * The command-line client: global options, the verb table, help, dispatch.
  *
  * To add a verb, write its handler in a cmd_<group>.c file, declare it in cli_internal.h and
- * add a row to `verbs` below; parsing, --help, --json and error printing come from here.
+ * add a row to `verbs` below, beside the rows of its section (`sandboxer --help` prints a
+ * heading where the section changes); parsing, --help, --json and error printing come from here.
  */
 #include "cli.h"
 
@@ -17,38 +18,42 @@
 
 static const struct cli_verb verbs[] = {
     {
-        .name = "serve",
-        .summary = "run the daemon; see `sandboxer serve --help`",
-        .synopsis = "[OPTIONS]",
-        .help = "Runs the daemon. It is not a client command: see `sandboxer serve --help`.\n",
-    },
-    {
         .name = "create",
+        .section = "Sandboxes",
         .run = cmd_create,
-        .summary = "create a sandbox from an image",
-        .synopsis = "IMAGE [OPTIONS] [--] [ARGS...]",
+        .summary = "create a sandbox from an image or a snapshot",
+        .synopsis = "IMAGE [OPTIONS] [--] [ARGS...]\n"
+                    "       sandboxer create --snapshot NAME [--label L] [--hostname H]",
         .help = "Creates a sandbox from IMAGE (pulled first if the daemon lacks it, which may\n"
                 "take minutes) and prints its id on stdout, so that `ID=$(sandboxer create\n"
                 "busybox)` captures it. The main process is ARGS if given, else the image's\n"
                 "entrypoint and command; with neither, the sandbox idles, ready for exec.\n"
                 "Options end at the first of ARGS; `--` ends them explicitly.\n"
                 "\n"
+                "With --snapshot NAME instead of IMAGE, the sandbox starts from your snapshot\n"
+                "NAME (see `sandboxer snapshot create`): its files and, if the snapshot kept\n"
+                "them, its running processes and their memory. Its image, process, environment\n"
+                "and limits come from the snapshot, so only --label and --hostname apply.\n"
+                "\n"
                 "Options:\n"
+                "  --snapshot NAME  start from the snapshot NAME instead of an IMAGE\n"
                 "  --label L        a label to show in `ls`\n"
+                "  --hostname H     the sandbox's hostname\n"
                 "  --interactive    keep a terminal for the main process (attach)\n"
                 "  --env K=V        set an environment variable (repeatable)\n"
-                "  --hostname H     the sandbox's hostname\n"
                 "  --cpus N         CPUs it may use, e.g. 0.5 or 2\n"
                 "  --memory SIZE    memory limit, e.g. 512M or 2G (or bytes)\n"
                 "  --pids N         the most processes it may run\n"
                 "  --public         let its proxied ports be reached without a token\n"
                 "  --port N         a port of the sandbox to proxy (repeatable)\n",
-        .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,public,port=",
-        .min_args = 1,
+        .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,public,port=,snapshot=",
+        .min_args = 0,
+        .fixed_args = 1, /* IMAGE, when given, does not end the options */
         .max_args = -1,
     },
     {
         .name = "ls",
+        .section = "Sandboxes",
         .run = cmd_ls,
         .summary = "list sandboxes",
         .synopsis = "[--all]",
@@ -62,6 +67,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "inspect",
+        .section = "Sandboxes",
         .run = cmd_inspect,
         .summary = "show a sandbox in full (JSON)",
         .synopsis = "ID",
@@ -72,6 +78,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "exec",
+        .section = "Sandboxes",
         .run = cmd_exec,
         .summary = "run a command in a sandbox",
         .synopsis = "ID [OPTIONS] [--] CMD [ARGS...] | ID --code CODE",
@@ -95,6 +102,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "logs",
+        .section = "Sandboxes",
         .run = cmd_logs,
         .summary = "print the output of a sandbox's main process",
         .synopsis = "ID [-f|--follow]",
@@ -109,6 +117,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "rm",
+        .section = "Sandboxes",
         .run = cmd_rm,
         .summary = "delete sandboxes",
         .synopsis = "ID...",
@@ -119,7 +128,141 @@ static const struct cli_verb verbs[] = {
         .max_args = -1,
     },
     {
+        .name = "fork",
+        .section = "Forks",
+        .run = cmd_fork,
+        .summary = "copy a sandbox into a new child, memory too where it can",
+        .synopsis = "ID [--label L] [--hostname H]",
+        .help = "Forks the sandbox ID: the child starts as a copy of its files and, where the\n"
+                "daemon has CRIU, of its running processes and their memory; the two diverge\n"
+                "from then on. A paused sandbox forks too. Prints the child's id on stdout, so\n"
+                "that `CHILD=$(sandboxer fork ID)` captures it, and on stderr a note:\n"
+                "`forked ID -> CHILD (memory preserved)`, or `(files only: memory not\n"
+                "preserved)` when the daemon could only copy files and started the child's\n"
+                "main process afresh. A big sandbox may take minutes.\n"
+                "\n"
+                "Options:\n"
+                "  --label L      a label for the child (default: the parent's)\n"
+                "  --hostname H   the child's hostname (default: its id's first 12 digits)\n",
+        .opts = "label=,hostname=",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "tree",
+        .section = "Forks",
+        .run = cmd_tree,
+        .summary = "show the fork tree a sandbox belongs to",
+        .synopsis = "ID",
+        .help = "Draws the whole tree of forks that ID belongs to, from its topmost ancestor:\n"
+                "each sandbox's id (12 digits), label and status; deleted ones are marked ✗.\n"
+                "With --json, the daemon's answer: the drawing as \"tree\" and the same tree\n"
+                "as nested objects in \"tree_json\".\n",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "coalesce",
+        .section = "Forks",
+        .run = cmd_coalesce,
+        .summary = "keep one sandbox of a tree, delete the rest of it",
+        .synopsis = "PARENT FINAL",
+        .help = "Keeps FINAL, a descendant of PARENT, and deletes PARENT and every other\n"
+                "sandbox under it: the branch that worked survives, the experiments go. FINAL\n"
+                "becomes a root (no parent). Prints the daemon's message on stderr and the ids\n"
+                "of the deleted sandboxes on stdout, one per line.\n",
+        .min_args = 2,
+        .max_args = 2,
+    },
+    {
+        .name = "pause",
+        .section = "Pausing and hibernating",
+        .run = cmd_pause,
+        .summary = "freeze sandboxes in memory",
+        .synopsis = "ID...",
+        .help = "Freezes every process of each sandbox where it stands (cgroup freezer); it\n"
+                "holds its memory but uses no CPU, and exec is refused until `unpause`.\n"
+                "Prints `ID status` for each. A failure on one id does not stop the others;\n"
+                "the exit status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "unpause",
+        .section = "Pausing and hibernating",
+        .run = cmd_unpause,
+        .summary = "thaw paused sandboxes",
+        .synopsis = "ID...",
+        .help = "Lets the processes of each paused sandbox run on. Prints `ID status` for\n"
+                "each. A failure on one id does not stop the others; the exit status is 1 if\n"
+                "any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "hibernate",
+        .section = "Pausing and hibernating",
+        .run = cmd_hibernate,
+        .summary = "checkpoint sandboxes to disk, freeing their memory",
+        .synopsis = "ID...",
+        .help = "Checkpoints each sandbox (its processes and memory) to disk and stops it, so\n"
+                "that it holds no memory until `wake`, or an exec, restores it where it was.\n"
+                "Prints `ID status` for each. A big sandbox may take minutes. A failure on\n"
+                "one id does not stop the others; the exit status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "wake",
+        .section = "Pausing and hibernating",
+        .run = cmd_wake,
+        .summary = "restore hibernated sandboxes",
+        .synopsis = "ID...",
+        .help = "Restores each hibernated sandbox from its checkpoint: its processes go on\n"
+                "from where they stood. Prints `ID status` for each. A failure on one id does\n"
+                "not stop the others; the exit status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "snapshot create",
+        .section = "Snapshots",
+        .run = cmd_snapshot_create,
+        .summary = "keep a sandbox's files and memory as a named snapshot",
+        .synopsis = "ID NAME",
+        .help = "Checkpoints the sandbox ID (which goes on running) and keeps its files and,\n"
+                "where the daemon has CRIU, its memory as your snapshot NAME; start sandboxes\n"
+                "from it with `sandboxer create --snapshot NAME`. Prints NAME on stdout and a\n"
+                "note on stderr saying whether memory was kept. A big sandbox may take\n"
+                "minutes.\n",
+        .min_args = 2,
+        .max_args = 2,
+    },
+    {
+        .name = "snapshot ls",
+        .section = "Snapshots",
+        .run = cmd_snapshot_ls,
+        .summary = "list your snapshots",
+        .synopsis = "",
+        .help = "Lists your snapshots: NAME, SOURCE (the sandbox it was taken of, 12 digits),\n"
+                "IMAGE, MEMORY (yes if processes and memory were kept, no if files only) and\n"
+                "CREATED (local time).\n",
+    },
+    {
+        .name = "snapshot rm",
+        .section = "Snapshots",
+        .run = cmd_snapshot_rm,
+        .summary = "delete snapshots",
+        .synopsis = "NAME...",
+        .help = "Deletes each snapshot with its files and prints the names deleted; sandboxes\n"
+                "started from it are not affected. A failure on one name does not stop the\n"
+                "others; the exit status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
         .name = "image pull",
+        .section = "Images",
         .run = cmd_image_pull,
         .summary = "pull an image into the daemon's store",
         .synopsis = "REF",
@@ -131,6 +274,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "image import",
+        .section = "Images",
         .run = cmd_image_import,
         .summary = "import an OCI layout or archive (admins; a path on the daemon's host)",
         .synopsis = "PATH [--name REF]",
@@ -143,6 +287,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "image ls",
+        .section = "Images",
         .run = cmd_image_ls,
         .summary = "list the daemon's images",
         .synopsis = "",
@@ -151,6 +296,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "image rm",
+        .section = "Images",
         .run = cmd_image_rm,
         .summary = "remove images from the daemon's store",
         .synopsis = "REF...",
@@ -161,16 +307,8 @@ static const struct cli_verb verbs[] = {
         .max_args = -1,
     },
     {
-        .name = "version",
-        .run = cmd_version,
-        .summary = "print the client's and the server's versions",
-        .synopsis = "",
-        .help = "Prints `sandboxer <version>` and, when the daemon answers GET /healthz,\n"
-                "`server <version>`. An unreachable daemon is noted on stderr, not an error.\n"
-                "With --json: {\"client\": \"…\", \"server\": \"…\" or null}.\n",
-    },
-    {
         .name = "whoami",
+        .section = "Users and tokens",
         .run = cmd_whoami,
         .summary = "show the user and the token in use",
         .synopsis = "",
@@ -179,6 +317,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "token create",
+        .section = "Users and tokens",
         .run = cmd_token_create,
         .summary = "create an API token (shown once)",
         .synopsis = "[--name NAME] [--user USER] [--admin] [--save]",
@@ -196,6 +335,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "token ls",
+        .section = "Users and tokens",
         .run = cmd_token_ls,
         .summary = "list API tokens",
         .synopsis = "[--user USER | --all]",
@@ -208,6 +348,7 @@ static const struct cli_verb verbs[] = {
     },
     {
         .name = "token rm",
+        .section = "Users and tokens",
         .run = cmd_token_rm,
         .summary = "revoke API tokens",
         .synopsis = "ID...",
@@ -216,6 +357,23 @@ static const struct cli_verb verbs[] = {
                 "exit status is 1 if any failed.\n",
         .min_args = 1,
         .max_args = -1,
+    },
+    {
+        .name = "serve",
+        .section = "The daemon",
+        .summary = "run the daemon; see `sandboxer serve --help`",
+        .synopsis = "[OPTIONS]",
+        .help = "Runs the daemon. It is not a client command: see `sandboxer serve --help`.\n",
+    },
+    {
+        .name = "version",
+        .section = "The daemon",
+        .run = cmd_version,
+        .summary = "print the client's and the server's versions",
+        .synopsis = "",
+        .help = "Prints `sandboxer <version>` and, when the daemon answers GET /healthz,\n"
+                "`server <version>`. An unreachable daemon is noted on stderr, not an error.\n"
+                "With --json: {\"client\": \"…\", \"server\": \"…\" or null}.\n",
     },
 };
 
@@ -226,7 +384,9 @@ static const char overview_intro[] =
     "hibernate and wake them. This is its command-line client: it talks to the daemon's\n"
     "HTTP API over a unix socket (by default) or TCP.\n"
     "\n"
-    "Commands:\n";
+    "A sandbox is named by its id, a unique start of it (as `ls` shows), or its name.\n"
+    "A fork copies a running sandbox, its processes' memory too where the daemon can;\n"
+    "forks of forks make a tree, which `coalesce` prunes to the branch you keep.\n";
 
 static const char overview_options[] =
     "\n"
@@ -248,11 +408,19 @@ static const char overview_options[] =
     "Exit status: 0 on success, 1 when the daemon reports an error or cannot be reached,\n"
     "2 on a usage error; `exec` passes on the command's own status.\n";
 
+#define NAME_WIDTH 16 /* the column of verb names in the overview and group help */
+
+/* The verbs under a heading per section, in the order of the table. */
 static void print_overview(FILE *out)
 {
+    const char *section = NULL;
     fputs(overview_intro, out);
-    for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
-        fprintf(out, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
+    for (size_t i = 0; i < ARRAY_SIZE(verbs); i++) {
+        if (!section || strcmp(section, verbs[i].section) != 0)
+            fprintf(out, "\n%s:\n", verbs[i].section);
+        section = verbs[i].section;
+        fprintf(out, "  %-*s %s\n", NAME_WIDTH, verbs[i].name, verbs[i].summary);
+    }
     fputs(overview_options, out);
 }
 
@@ -306,7 +474,7 @@ static void print_group(const char *group, FILE *out)
     fprintf(out, "Usage: sandboxer %s COMMAND [ARGS...]\n\nCommands:\n", group);
     for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
         if (strncmp(verbs[i].name, group, len) == 0 && verbs[i].name[len] == ' ')
-            fprintf(out, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
+            fprintf(out, "  %-*s %s\n", NAME_WIDTH, verbs[i].name, verbs[i].summary);
     fprintf(out, "\nRun 'sandboxer %s COMMAND --help' for a command's usage.\n", group);
 }
 

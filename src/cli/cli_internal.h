@@ -49,12 +49,16 @@ typedef int (*cli_handler_t)(cli_t *cli, const cli_args_t *args, err_t *err);
  */
 struct cli_verb {
     const char *name;
-    cli_handler_t run; /* NULL: listed in help but handled elsewhere (serve) */
+    const char *section; /* the heading `sandboxer --help` lists it under */
+    cli_handler_t run;   /* NULL: listed in help but handled elsewhere (serve) */
     const char *summary;
     const char *synopsis; /* after "sandboxer <name> " */
     const char *help;     /* description and options, printed by --help */
     const char *opts;
     int min_args, max_args; /* positional arguments; max -1 = any number */
+    /* With "+": how many positionals may come before the one that ends option parsing, when
+     * more than min_args (create takes an optional IMAGE, then options, then ARGS). */
+    int fixed_args;
 };
 
 /* --- args.c: per-verb argument parsing ------------------------------------------------- */
@@ -105,6 +109,8 @@ void cli_print_raw(const client_resp_t *resp);
 void cli_print_json(const json_t *j);
 /* A copy of s fit for a terminal: control characters become '?' (new string). */
 char *cli_safe(const char *s);
+/* Like cli_safe, but newlines are kept: for text of several lines (a tree). */
+char *cli_safe_lines(const char *s);
 /* A Unix time as local "YYYY-MM-DD HH:MM", or "-" for null or 0, into out. */
 const char *cli_format_time(const json_t *t, char *out, size_t size);
 /* A byte count as decimal "4.2 MB" (as `docker images` does), or "-" if not a number. */
@@ -141,11 +147,19 @@ static inline void cleanup_tablep(cli_table_t **t)
 
 /* How long a call that may pull an image may take (create, image pull). */
 #define CLI_PULL_TIMEOUT_S (15 * 60)
+/* How long a call that checkpoints or restores a sandbox may take (fork, hibernate, wake,
+ * snapshot create): CRIU writes all of its memory to disk, and a big sandbox takes a while. */
+#define CLI_CHECKPOINT_TIMEOUT_S (5 * 60)
+/* Hex digits of a sandbox id that `ls` shows, and that notes print. */
+#define CLI_ID_SHORT 12
 
 /* The path "/sandboxes/<key><suffix>" in *out (new string) for key as the user gave it: a
  * 64-hex id, a name, or a unique prefix of an id as `ls` shows it (at least 4 hex digits),
  * which takes a GET /sandboxes to resolve. suffix may hold a query ("/logs?stream=true"). */
 int cli_sandbox_path(client_t *c, const char *key, const char *suffix, char **out, err_t *err);
+/* The sandbox key as the daemon takes it in a path, in *out (new string): the full id for a
+ * unique prefix, else key unchanged. */
+int cli_sandbox_id(client_t *c, const char *key, char **out, err_t *err);
 
 /* --- the verbs -------------------------------------------------------------------------- */
 
@@ -164,3 +178,13 @@ int cmd_image_pull(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_image_import(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_image_ls(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_image_rm(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_fork(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_tree(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_coalesce(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_pause(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_unpause(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_hibernate(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_wake(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_snapshot_create(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_snapshot_ls(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_snapshot_rm(cli_t *cli, const cli_args_t *args, err_t *err);

@@ -11,7 +11,6 @@
 #include "common/util.h"
 
 #define ID_LEN        64 /* hex digits of a full sandbox id */
-#define ID_SHORT      12 /* what `ls` shows of it */
 #define MIN_ID_PREFIX 4  /* a shorter hex word is too likely to match by accident */
 
 /* --- naming a sandbox ------------------------------------------------------------------- */
@@ -60,12 +59,17 @@ static int resolve_key(client_t *c, const char *key, char **out, err_t *err)
     return 0;
 }
 
+int cli_sandbox_id(client_t *c, const char *key, char **out, err_t *err)
+{
+    if (!*key)
+        return cli_usage(err, "an empty sandbox id");
+    return resolve_key(c, key, out, err);
+}
+
 int cli_sandbox_path(client_t *c, const char *key, const char *suffix, char **out, err_t *err)
 {
     _cleanup_free_ char *id = NULL;
-    if (!*key)
-        return cli_usage(err, "an empty sandbox id");
-    if (resolve_key(c, key, &id, err) < 0)
+    if (cli_sandbox_id(c, key, &id, err) < 0)
         return -1;
     _cleanup_free_ char *esc = client_escape(id);
     *out = xasprintf("/sandboxes/%s%s", esc, suffix);
@@ -161,9 +165,39 @@ static void put_flags(json_t *body, const cli_args_t *args)
         json_object_set_new(body, "public", json_true());
 }
 
+/* Options that shape a sandbox made from an image; one made from a snapshot takes its
+ * process, environment and limits from the snapshot, so they would be silently ignored. */
+static const char *const image_only_opts[] = {"interactive", "env",    "cpus", "memory",
+                                              "pids",        "public", "port"};
+
+/* --snapshot NAME: {"snapshot", "label"?, "hostname"?}. */
+static int snapshot_body(const cli_args_t *args, const char *snapshot, json_t *body, err_t *err)
+{
+    if (cli_nargs(args) > 0)
+        return cli_usage(err, "create: give an IMAGE or --snapshot, not both");
+    if (!*snapshot)
+        return cli_usage(err, "create: an empty snapshot name");
+    for (size_t i = 0; i < ARRAY_SIZE(image_only_opts); i++)
+        if (cli_opt_flag(args, image_only_opts[i]))
+            return cli_usage(err,
+                             "create: --%s does not go with --snapshot, which takes only "
+                             "--label and --hostname",
+                             image_only_opts[i]);
+    if (put_str(body, "snapshot", snapshot, err) < 0 ||
+        put_str(body, "label", cli_opt_str(args, "label"), err) < 0 ||
+        put_str(body, "hostname", cli_opt_str(args, "hostname"), err) < 0)
+        return -1;
+    return 0;
+}
+
 static int create_body(const cli_args_t *args, json_t *body, err_t *err)
 {
     json_t *env = NULL;
+    const char *snapshot = cli_opt_str(args, "snapshot");
+    if (snapshot)
+        return snapshot_body(args, snapshot, body, err);
+    if (cli_nargs(args) == 0)
+        return cli_usage(err, "create: missing argument (an IMAGE, or --snapshot NAME)");
     if (!*cli_arg(args, 0))
         return cli_usage(err, "create: an empty image name");
     if (cli_opt_env(args, "env", &env, err) < 0)
@@ -191,7 +225,8 @@ int cmd_create(cli_t *cli, const cli_args_t *args, err_t *err)
     client_t *c = cli_connect(cli, true, err);
     if (!c)
         return -1;
-    client_set_timeout(c, CLI_PULL_TIMEOUT_S); /* the daemon may pull the image first */
+    /* The daemon may pull the image first, or restore the snapshot's memory. */
+    client_set_timeout(c, CLI_PULL_TIMEOUT_S);
     if (client_call(c, "POST", "/sandboxes", body, &resp, err) < 0)
         return -1;
     const char *id = cli_jstr(resp.json, "id", NULL);
@@ -216,7 +251,7 @@ static void print_sandboxes(const json_t *sandboxes, bool all)
     const json_t *s;
     json_array_foreach(sandboxes, i, s)
     {
-        char id[ID_SHORT + 1], created[32];
+        char id[CLI_ID_SHORT + 1], created[32];
         const char *status = cli_jstr(s, "status", "?");
         const char *label = cli_jstr(s, "label", "");
         if (!all && strcmp(status, "terminated") == 0)

@@ -31,6 +31,15 @@ char *cli_safe(const char *s)
     return out;
 }
 
+char *cli_safe_lines(const char *s)
+{
+    char *out = xstrdup(s);
+    for (unsigned char *p = (unsigned char *)out; *p; p++)
+        if ((*p < 0x20 && *p != '\n') || *p == 0x7f)
+            *p = '?';
+    return out;
+}
+
 const char *cli_format_time(const json_t *t, char *out, size_t size)
 {
     double v = json_number_value(t); /* 0 for null, absent or not a number */

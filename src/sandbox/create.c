@@ -81,8 +81,7 @@ static int write_file(const char *dir, const char *name, const char *text, err_t
 
 int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err)
 {
-    const char *dirs[] = {p->dir, p->bundle, p->rootfs, p->upper, p->work,
-                          p->run, p->sock,   p->logs,   p->etc};
+    const char *dirs[] = {p->dir, p->bundle, p->rootfs, p->run, p->sock, p->logs, p->etc};
     for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
         if (mkdir(dirs[i], i == 0 ? 0711 : 0755) < 0)
             return err_sys(err, "create %s", dirs[i]);
@@ -138,8 +137,7 @@ int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *e
     return storage_mount_overlay(dirs, n, p->upper, p->work, p->rootfs, err);
 }
 
-int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p,
-                     err_t *err)
+int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
 {
     json_t *res = json_object_get(r->spec, "resources");
     struct spec_opts so = {
@@ -172,7 +170,8 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
 static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
                            const struct sbx_paths *p, err_t *err)
 {
-    if (sbx_make_dirs(p, r->hostname, err) < 0 || sbx_mount_rootfs(r, p, err) < 0 ||
+    if (sbx_make_dirs(p, r->hostname, err) < 0 ||
+        storage_layer_create(m->driver, p->layer, err) < 0 || sbx_mount_rootfs(r, p, err) < 0 ||
         sbx_write_bundle(m, r, p, err) < 0)
         return -1;
     return sbx_boot(m, l, p, NULL, r->hostname, err);

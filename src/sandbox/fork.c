@@ -48,18 +48,10 @@ static int lock_quiesced(struct sbx_live *l, err_t *err)
     return 0;
 }
 
-/* A copy of a writable layer: reflinks where the filesystem can, a real copy elsewhere. */
-static int copy_upper(const char *from, const char *to, err_t *err)
-{
-    _cleanup_free_ char *src = xasprintf("%s/.", from);
-    char *argv[] = {"cp", "-a", "--reflink=auto", src, (char *)to, NULL};
-    return proc_run_ok(argv, 600000, NULL, err);
-}
-
 /* Where the source of a clone is captured. */
 struct capture {
     const char *ckpt_dir; /* CRIU images; NULL: files only */
-    const char *upper;    /* the copy of the writable layer */
+    const char *layer;    /* where the writable layer is cloned to */
     const char *work_dir; /* CRIU's log */
 };
 
@@ -80,7 +72,7 @@ static int capture(sbx_mgr_t *m, const sandbox_rec_t *src, const struct capture 
         rc = runtime_checkpoint(src->id, c->ckpt_dir, c->work_dir, true, err);
     if (rc == 0) {
         sbx_fault_point(fault);
-        rc = copy_upper(sp.upper, c->upper, err);
+        rc = storage_layer_clone(m->driver, sp.layer, c->layer, err);
     }
     err_t e = {0};
     if (!was_paused && runtime_pause(src->id, false, &e) < 0 && rc == 0) {
@@ -193,7 +185,7 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
     if (rc == 0) {
         struct sbx_live *pl = sbx_live_get(m, parent.id, true);
         if ((rc = lock_quiesced(pl, err)) == 0) {
-            struct capture c = {ckpt, cp.upper, cp.run};
+            struct capture c = {ckpt, cp.layer, cp.run};
             rc = capture(m, &parent, &c, "fork.after_checkpoint", err);
             pthread_rwlock_unlock(&pl->lock);
         }
@@ -211,8 +203,8 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
         undo_clone(m, child.id);
     }
     if (rc == 0) {
-        log_info("sandbox.forked", "parent=%s child=%s memory_preserved=%d", parent.id,
-                 child.id, memory);
+        log_info("sandbox.forked", "parent=%s child=%s memory_preserved=%d", parent.id, child.id,
+                 memory);
         *out = clone_json(m, child.id, memory);
     }
     sbx_paths_free(&cp);
@@ -274,19 +266,18 @@ int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, cons
     snap.memory_preserved = runtime_criu_available();
     _cleanup_free_ char *dir = snapshot_dir(m, snap.id);
     _cleanup_free_ char *ckpt = xasprintf("%s/checkpoint", dir);
-    _cleanup_free_ char *upper = xasprintf("%s/upper", dir);
+    _cleanup_free_ char *layer = xasprintf("%s/layer", dir);
     int rc = 0;
-    if ((strcmp(src.status, "running") != 0 && strcmp(src.status, "paused") != 0) ||
-        src.intent[0])
+    if ((strcmp(src.status, "running") != 0 && strcmp(src.status, "paused") != 0) || src.intent[0])
         rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_running",
                      "only a running or paused sandbox can be snapshotted (this one is %s)",
                      src.status);
-    if (rc == 0 && (!mkdir_p(ckpt, 0700) || !mkdir_p(upper, 0755)))
+    if (rc == 0 && !mkdir_p(ckpt, 0700))
         rc = err_sys(err, "create %s", dir);
     if (rc == 0) {
         struct sbx_live *l = sbx_live_get(m, src.id, true);
         if ((rc = lock_quiesced(l, err)) == 0) {
-            struct capture c = {snap.memory_preserved ? ckpt : NULL, upper, dir};
+            struct capture c = {snap.memory_preserved ? ckpt : NULL, layer, dir};
             rc = capture(m, &src, &c, "snapshot.after_checkpoint", err);
             pthread_rwlock_unlock(&l->lock);
         }
@@ -312,7 +303,7 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
         return -1;
     _cleanup_free_ char *dir = snapshot_dir(m, snap.id);
     _cleanup_free_ char *ckpt = xasprintf("%s/checkpoint", dir);
-    _cleanup_free_ char *upper = xasprintf("%s/upper", dir);
+    _cleanup_free_ char *layer = xasprintf("%s/layer", dir);
     sandbox_rec_t r;
     clone_record(&r, owner, snap.spec, snap.image, NULL, label ? label : snap.name, hostname);
     struct sbx_paths p;
@@ -321,7 +312,7 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
     if (rc == 0)
         rc = sbx_make_dirs(&p, r.hostname, err);
     if (rc == 0)
-        rc = copy_upper(upper, p.upper, err);
+        rc = storage_layer_clone(m->driver, layer, p.layer, err);
     if (rc == 0)
         rc = start_clone(m, &r, &p, snap.memory_preserved ? ckpt : NULL, err);
     if (rc < 0)

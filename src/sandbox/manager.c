@@ -23,8 +23,9 @@ void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p)
     p->dir = xasprintf("%s/%s", m->sandboxes_dir, id);
     p->bundle = xasprintf("%s/bundle", p->dir);
     p->rootfs = xasprintf("%s/bundle/rootfs", p->dir);
-    p->upper = xasprintf("%s/upper", p->dir);
-    p->work = xasprintf("%s/work", p->dir);
+    p->layer = xasprintf("%s/layer", p->dir);
+    p->upper = xasprintf("%s/layer/upper", p->dir);
+    p->work = xasprintf("%s/layer/work", p->dir);
     p->run = xasprintf("%s/run", p->dir);
     p->sock = xasprintf("%s/sock", p->dir);
     p->logs = xasprintf("%s/logs", p->dir);
@@ -33,8 +34,8 @@ void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p)
 
 void sbx_paths_free(struct sbx_paths *p)
 {
-    char **all[] = {&p->dir, &p->bundle, &p->rootfs, &p->upper, &p->work,
-                    &p->run, &p->sock,   &p->logs,   &p->etc};
+    char **all[] = {&p->dir,  &p->bundle, &p->rootfs, &p->layer, &p->upper,
+                    &p->work, &p->run,    &p->sock,   &p->logs,  &p->etc};
     for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
         free(*all[i]);
         *all[i] = NULL;
@@ -221,7 +222,8 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
         sbx_close(m);
         return NULL;
     }
-    if (install_agent(m, err) < 0 || write_criu_conf(m, err) < 0) {
+    if (install_agent(m, err) < 0 || write_criu_conf(m, err) < 0 ||
+        storage_detect(m->sandboxes_dir, cfg->storage_driver, &m->driver, err) < 0) {
         sbx_close(m);
         return NULL;
     }

@@ -16,9 +16,10 @@ typedef struct sbx_mgr sbx_mgr_t;
 /* Daemon-wide settings of the lifecycle. Strings are borrowed for the manager's life. */
 struct sbx_config {
     const char *state_dir;
-    const char *agent_bin; /* sandboxer-agent to copy into the state dir */
-    const char *self_exe;  /* the sandboxer binary (for the shim) */
-    const char *runtime;   /* "runc" */
+    const char *agent_bin;      /* sandboxer-agent to copy into the state dir */
+    const char *self_exe;       /* the sandboxer binary (for the shim) */
+    const char *runtime;        /* "runc" */
+    const char *storage_driver; /* "auto", "overlay" or "btrfs" */
     double default_cpus;
     uint64_t default_memory;
     int64_t default_pids;
@@ -130,8 +131,8 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
 /* The tree key belongs to: {"tree": ascii art, "tree_json": {id, label, status, children}}. */
 int sbx_tree(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
 /* Keep final, delete every other sandbox in parent's subtree; final becomes a root. */
-int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key,
-                 const char *final_key, json_t **out, err_t *err);
+int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key, const char *final_key,
+                 json_t **out, err_t *err);
 /* Freeze (pause) or thaw a sandbox; *out is {id, status}. */
 int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, json_t **out,
               err_t *err);

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "sandbox.h"
+#include "storage/storage.h"
 #include "store/store_sandboxes.h"
 
 /* What the daemon knows of a sandbox whose container runs (or ran) in this boot. */
@@ -27,7 +28,8 @@ struct sbx_mgr {
     char *agent_dir;     /* <state>/agent/<hash>: the agent binary new sandboxes bind */
     char *criu_conf;     /* <state>/criu.conf: CRIU options, passed by runc */
     char *runc_root;
-    pthread_mutex_t lock; /* guards the live list */
+    enum storage_driver driver; /* how writable layers are made and cloned */
+    pthread_mutex_t lock;       /* guards the live list */
     struct sbx_live *live;
     int epfd;    /* watches shims' pidfds */
     int wake_fd; /* eventfd to stop the watcher */
@@ -37,7 +39,7 @@ struct sbx_mgr {
 
 /* Paths of one sandbox, all under <state>/sandboxes/<id>/. */
 struct sbx_paths {
-    char *dir, *bundle, *rootfs, *upper, *work, *run, *sock, *logs, *etc;
+    char *dir, *bundle, *rootfs, *layer, *upper, *work, *run, *sock, *logs, *etc;
 };
 void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p);
 void sbx_paths_free(struct sbx_paths *p);
@@ -71,7 +73,7 @@ int sbx_check_argv(json_t *args, const char *field, bool nonempty, err_t *err);
  */
 int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
              const char *hostname, err_t *err);
-/* Create a new sandbox's directories and its /etc/hostname and /etc/hosts. */
+/* Create a new sandbox's directories (all but its layer) and its /etc/hostname and hosts. */
 int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err);
 /* Mount the overlay root of r (its spec's layers + its upper dir) unless it is mounted. */
 int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -52,10 +53,20 @@ bool storage_is_mounted(const char *path)
     return a.st_dev != b.st_dev || a.st_ino == b.st_ino;
 }
 
-static int remove_at(int parent, const char *name, dev_t dev, int depth, err_t *err);
+static int remove_at(int parent, const char *name, uint64_t mnt, int depth, err_t *err);
+
+/* The mount id of name in parent (not following links), or 0 if unknown. */
+static uint64_t mount_id(int parent, const char *name)
+{
+    struct statx stx;
+    if (statx(parent, name, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0 ||
+        !(stx.stx_mask & STATX_MNT_ID))
+        return 0;
+    return stx.stx_mnt_id;
+}
 
 /* Empty the directory fd (which it closes). */
-static int empty_dir(int fd, dev_t dev, int depth, err_t *err)
+static int empty_dir(int fd, uint64_t mnt, int depth, err_t *err)
 {
     DIR *d = fdopendir(fd);
     if (!d) {
@@ -67,13 +78,13 @@ static int empty_dir(int fd, dev_t dev, int depth, err_t *err)
     while (rc == 0 && (e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        rc = remove_at(dirfd(d), e->d_name, dev, depth + 1, err);
+        rc = remove_at(dirfd(d), e->d_name, mnt, depth + 1, err);
     }
     closedir(d);
     return rc;
 }
 
-static int remove_at(int parent, const char *name, dev_t dev, int depth, err_t *err)
+static int remove_at(int parent, const char *name, uint64_t mnt, int depth, err_t *err)
 {
     if (depth > 4096)
         return err_set(err, ERR_INTERNAL, 0, "internal", "directory tree too deep to remove");
@@ -85,13 +96,14 @@ static int remove_at(int parent, const char *name, dev_t dev, int depth, err_t *
             return err_sys(err, "remove %s", name);
         return 0;
     }
-    if (st.st_dev != dev) /* a mount point: never descend into another filesystem */
+    /* A mount point: never descend into another mount (a btrfs subvolume is no mount). */
+    if (mount_id(parent, name) != mnt)
         return err_set(err, ERR_INTERNAL, EBUSY, "internal", "%s is still a mount point", name);
     int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return err_sys(err, "open %s", name);
     fchmod(fd, 0700); /* overlayfs leaves work/work with mode 000 */
-    if (empty_dir(fd, dev, depth, err) < 0)
+    if (empty_dir(fd, mnt, depth, err) < 0)
         return -1;
     if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
         return err_sys(err, "remove %s", name);
@@ -111,5 +123,5 @@ int storage_remove_tree(const char *path, err_t *err)
     struct stat st;
     if (fstatat(parent, slash + 1, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return errno == ENOENT ? 0 : err_sys(err, "stat %s", path);
-    return remove_at(parent, slash + 1, st.st_dev, 0, err);
+    return remove_at(parent, slash + 1, mount_id(parent, slash + 1), 0, err);
 }

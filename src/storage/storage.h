@@ -21,3 +21,15 @@ bool storage_is_mounted(const char *path);
  * into other mounts; every step is relative to an fd opened with O_NOFOLLOW.
  */
 int storage_remove_tree(const char *path, err_t *err);
+
+/* How writable layers are made and cloned. */
+enum storage_driver { STORAGE_OVERLAY = 0, STORAGE_BTRFS };
+
+/* "overlay" or "btrfs". */
+const char *storage_driver_name(enum storage_driver d);
+/* Pick the driver for dir: want "auto" (btrfs when dir is on btrfs), "overlay" or "btrfs". */
+int storage_detect(const char *dir, const char *want, enum storage_driver *out, err_t *err);
+/* Make an empty writable layer at path (with upper/ and work/). */
+int storage_layer_create(enum storage_driver d, const char *path, err_t *err);
+/* Make dst a copy of the layer src (a snapshot with btrfs, a reflink copy otherwise). */
+int storage_layer_clone(enum storage_driver d, const char *src, const char *dst, err_t *err);
