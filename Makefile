@@ -10,6 +10,9 @@ PYTEST_ARGS ?=
 ARGS        ?=
 SETUP_DONE  ?=
 
+# runc finds CRIU on PATH: ours is in /usr/local/sbin, whatever PATH the caller has.
+export PATH := /usr/local/sbin:/usr/local/bin:$(PATH)
+
 .PHONY: all setup build run test unit integration asan fuzz fmt fmt-check clean bench
 
 all: build
