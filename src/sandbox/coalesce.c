@@ -28,8 +28,8 @@ static int find_root(sbx_mgr_t *m, const sandbox_rec_t *r, char *root, size_t si
 
 static json_t *node_json(const sandbox_rec_t *r)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", r->id, "name", r->name, "label",
-                     r->label, "status", r->status, "children", json_array());
+    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", r->id, "name", r->name, "label", r->label,
+                     "status", r->status, "children", json_array());
 }
 
 /* ASCII art of node and its children, `tree` style; dead nodes are marked. */
@@ -108,8 +108,7 @@ static json_t *delete_victims(sbx_mgr_t *m, const char *const *victims, size_t n
             store_sandbox_set_deleted(m->store, victims[i], "coalesced", &e) == 0)
             json_array_append_new(done, json_string(victims[i]));
         else
-            log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i],
-                     e.msg);
+            log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i], e.msg);
         pthread_rwlock_unlock(&l->lock);
         sbx_live_put(m, l);
         sbx_live_remove(m, victims[i]);
@@ -119,8 +118,8 @@ static json_t *delete_victims(sbx_mgr_t *m, const char *const *victims, size_t n
     return done;
 }
 
-int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key,
-                 const char *final_key, json_t **out, err_t *err)
+int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key, const char *final_key,
+                 json_t **out, err_t *err)
 {
     sandbox_rec_t parent, final;
     if (sbx_lookup(m, owner, parent_key, &parent, err) < 0)
@@ -131,8 +130,8 @@ int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key,
     }
     int rc = 0;
     if (!descends(m, &final, parent.id))
-        rc = err_set(err, ERR_INVALID, 0, "not_a_descendant",
-                     "sandbox %s does not descend from %s", final.id, parent.id);
+        rc = err_set(err, ERR_INVALID, 0, "not_a_descendant", "sandbox %s does not descend from %s",
+                     final.id, parent.id);
     else if (strcmp(final.status, "terminated") == 0)
         rc = err_set(err, ERR_CONFLICT, 0, "sandbox_terminated", "the final sandbox is deleted");
     sandbox_rec_t *items = NULL;

@@ -185,6 +185,17 @@ static void clear_run_dir(int run_fd)
         unlinkat(run_fd, names[i], 0);
 }
 
+/* True once the shim recorded the container's end (waits up to a second for it). */
+static bool wait_exit_file(int run_fd)
+{
+    for (int i = 0; i < 200; i++) {
+        if (faccessat(run_fd, "exit", F_OK, 0) == 0)
+            return true;
+        usleep(5000);
+    }
+    return false;
+}
+
 int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
              const char *hostname, err_t *err)
 {
@@ -202,8 +213,9 @@ int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const 
     l->shim_pid = runtime_start(&sp, START_TIMEOUT_MS, &l->init_pid, err);
     if (l->shim_pid <= 0 || sbx_watch(m, l, err) < 0)
         return -1;
+    /* A restored main process may end at once (e.g. on a connection that came back closed). */
     if (restore && runtime_after_restore(l->init_pid, hostname, err) < 0)
-        return -1;
+        return wait_exit_file(run_fd) ? 1 : -1;
     double deadline = now_mono_ms() + START_TIMEOUT_MS;
     /* Until the agent answers, or the main process has already finished (hello-world). */
     while (now_mono_ms() < deadline) {
@@ -211,9 +223,7 @@ int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const 
         if (agentc_wait_ready(dirfd, "agent.sock", l->init_pid, 50, &e) == 0)
             return 0;
         if (faccessat(run_fd, "exit", F_OK, 0) == 0)
-            return restore ? err_set(err, ERR_RUNTIME, 0, "runtime",
-                                     "the restored sandbox ended at once")
-                           : 1;
+            return 1;
         *err = e;
     }
     return err_prefix(err, "the sandbox's agent did not answer");

@@ -93,8 +93,7 @@ static int hibernate_locked(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err)
         return err_set(err, ERR_CONFLICT, 0, "unsupported",
                        "hibernation needs CRIU, which does not work on this host");
     if (strcmp(r->status, "running") != 0 && strcmp(r->status, "paused") != 0)
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s",
-                       r->status);
+        return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s", r->status);
     _cleanup_free_ char *dir = ckpt_dir(m, r->id);
     struct sbx_paths p;
     sbx_paths_init(m, r->id, &p);

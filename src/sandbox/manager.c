@@ -196,8 +196,13 @@ static int install_agent(sbx_mgr_t *m, err_t *err)
 static int write_criu_conf(sbx_mgr_t *m, err_t *err)
 {
     m->criu_conf = xasprintf("%s/criu.conf", m->cfg.state_dir);
-    /* Deleted files still open or mapped in a sandbox are saved up to this size. */
-    static const char conf[] = "ghost-limit 268435456\n";
+    /*
+     * ghost-limit: deleted files still open or mapped in a sandbox are saved up to this
+     * size. tcp-close: established TCP connections are left alone at dump and come back
+     * closed (a fork's copy of a connection cannot talk to the peer anyway); listening
+     * sockets are kept.
+     */
+    static const char conf[] = "ghost-limit 268435456\ntcp-close\n";
     int fd _cleanup_close_ = open(m->criu_conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || write(fd, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1))
         return err_sys(err, "write %s", m->criu_conf);

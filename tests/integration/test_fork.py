@@ -325,3 +325,64 @@ def test_crash_mid_operation_leaves_nothing_half_made(registry_url, tmp_path, po
         c.cleanup()
     finally:
         d.kill()
+
+
+PINGPONG = r"""
+import socket, threading, time
+def echo(conn):
+    try:
+        while True:
+            d = conn.recv(1)
+            if not d:
+                break
+            conn.sendall(d)
+    except OSError:
+        pass
+def serve():
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 9100))
+    srv.listen()
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=echo, args=(conn,), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+time.sleep(0.2)
+n = reconnects = 0
+while True:
+    try:
+        cli = socket.create_connection(("127.0.0.1", 9100))
+        while True:
+            cli.sendall(b"x")
+            if not cli.recv(1):
+                raise OSError("closed")
+            n += 1
+            with open("/tmp/n", "w") as f:
+                f.write(f"{n} {reconnects}")
+            time.sleep(0.02)
+    except OSError:
+        reconnects += 1
+        time.sleep(0.05)
+"""
+
+
+def counters(c, sid):
+    n, reconnects = c.sh(sid, "cat /tmp/n")["stdout"].split()
+    return int(n), int(reconnects)
+
+
+def test_fork_with_an_established_connection(sbx):
+    """Open connections do not block a fork: the parent's stays up, the child's copy comes
+    back closed (its peer cannot be forked with it) and the program reconnects."""
+    sid = sbx.create("python", args=["python3", "-c", PINGPONG])["id"]
+    deadline = time.monotonic() + 20
+    while sbx.sh(sid, "cat /tmp/n")["exit_code"] != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    child = fork(sbx, sid)
+    assert child["memory_preserved"] is True and child["status"] == "running"
+    p1, c1 = counters(sbx, sid), counters(sbx, child["id"])
+    time.sleep(1.0)
+    p2, c2 = counters(sbx, sid), counters(sbx, child["id"])
+    assert p2[0] > p1[0] and p2[1] == 0, (p1, p2)  # the parent's connection never broke
+    assert c2[0] > c1[0] and c2[1] >= 1, (c1, c2)  # the child reconnected and goes on
