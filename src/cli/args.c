@@ -1,4 +1,5 @@
 /* Per-verb argument parsing driven by the option spec string of the verb's table row. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,9 +280,43 @@ static bool error_is_per_item(const err_t *e)
            e->kind == ERR_CONFLICT;
 }
 
-int cli_each_arg(cli_t *cli, client_t *c, const cli_args_t *args, cli_item_fn fn, err_t *err)
+int cli_put_str(json_t *obj, const char *key, const char *value, const char *prefix, err_t *err)
+{
+    if (value && json_object_set_new(obj, key, json_string(value)) < 0)
+        return cli_usage(err, "%sthe %s '%s' is not UTF-8 text", prefix, key, value);
+    return 0;
+}
+
+int cli_put_positive(json_t *obj, const char *key, const char *v, const char *verb,
+                     const char *want, err_t *err)
+{
+    char *end;
+    double n = v ? strtod(v, &end) : 0;
+    if (!v)
+        return 0;
+    if (end == v || *end || !isfinite(n) || n <= 0)
+        return cli_usage(err, "%s: --%s wants %s, not '%s'", verb, key, want, v);
+    json_object_set_new(obj, key, json_real(n));
+    return 0;
+}
+
+int cli_put_args(json_t *obj, const char *key, const cli_args_t *args, const char *verb, err_t *err)
+{
+    json_t *arr = json_array();
+    json_object_set_new(obj, key, arr);
+    for (int i = 1; i < cli_nargs(args); i++)
+        if (json_array_append_new(arr, json_string(cli_arg(args, i))) < 0)
+            return cli_usage(err, "%s: the argument '%s' is not UTF-8 text", verb,
+                             cli_arg(args, i));
+    return 0;
+}
+
+int cli_each_arg(cli_t *cli, const cli_args_t *args, cli_item_fn fn, err_t *err)
 {
     int failed = 0;
+    client_t *c = cli_connect(cli, true, err);
+    if (!c)
+        return -1;
     for (int i = 0; i < cli_nargs(args); i++)
         if (!*cli_arg(args, i))
             return cli_usage(err, "%s: an empty argument", args->verb);

@@ -82,12 +82,25 @@ bool cli_opt_flag(const cli_args_t *a, const char *name);
 int cli_nargs(const cli_args_t *a);
 const char *cli_arg(const cli_args_t *a, int i);
 
+/* Set obj[key] to the string value, if given; text that is not UTF-8 is a usage error
+ * "<prefix>the <key> '<value>' is not UTF-8 text" (prefix: "", "fork: "…). */
+int cli_put_str(json_t *obj, const char *key, const char *value, const char *prefix, err_t *err);
+/* Set obj[key] to the number in the option's value v, if given; a value that is not a finite
+ * positive number is a usage error "<verb>: --<key> wants <want>, not '<v>'". */
+int cli_put_positive(json_t *obj, const char *key, const char *v, const char *verb,
+                     const char *want, err_t *err);
+/* Set obj[key] to the positional arguments after the first (a command's words) as an array;
+ * one that is not UTF-8 is a usage error "<verb>: the argument '<arg>' is not UTF-8 text". */
+int cli_put_args(json_t *obj, const char *key, const cli_args_t *args, const char *verb,
+                 err_t *err);
+
 /* What rm-like verbs do to one of their arguments (an id, a ref). */
 typedef int (*cli_item_fn)(cli_t *cli, client_t *c, const char *item, err_t *err);
-/* Run fn on each positional argument (an empty one is a usage error). An error about one item
- * (not found, forbidden, invalid, conflict) is printed, prefixed with the item, and the others
- * go on; any other error stops at once (-1, err set). Returns 0, or 1 if any item failed. */
-int cli_each_arg(cli_t *cli, client_t *c, const cli_args_t *args, cli_item_fn fn, err_t *err);
+/* Connect (with a token), then run fn on each positional argument (an empty one is a usage
+ * error). An error about one item (not found, forbidden, invalid, conflict) is printed,
+ * prefixed with the item, and the others go on; any other error stops at once (-1, err set).
+ * Returns 0, or 1 if any item failed. */
+int cli_each_arg(cli_t *cli, const cli_args_t *args, cli_item_fn fn, err_t *err);
 
 /* --- conn.c: reaching the daemon, the token --------------------------------------------- */
 
@@ -143,6 +156,22 @@ static inline void cleanup_tablep(cli_table_t **t)
 #define _cleanup_args_  __attribute__((cleanup(cleanup_argsp)))
 #define _cleanup_table_ __attribute__((cleanup(cleanup_tablep)))
 
+/* --- verbs.c: what verbs share: listing, removing, checking the answer ------------------- */
+
+/* Add a list verb's row for one item to t (or none, to leave it out); args are the verb's. */
+typedef void (*cli_row_fn)(cli_table_t *t, const json_t *item, const cli_args_t *args);
+/* GET path; the answer's member key must be an array ("the daemon's answer lists no <key>"
+ * if not): print the answer as it came with --json, else a table with the NULL-terminated
+ * headers and a row added by row for each item. */
+int cli_list(cli_t *cli, const cli_args_t *args, const char *path, const char *key,
+             const char *const *headers, cli_row_fn row, err_t *err);
+/* DELETE path, then print the answer as it came with --json, else (terminal-safe) its string
+ * member key, or item if it has none: an rm verb's work on one item. */
+int cli_delete(cli_t *cli, client_t *c, const char *path, const char *key, const char *item,
+               err_t *err);
+/* The string member key of a 2xx answer, or NULL with err "the daemon's answer holds no <key>". */
+const char *cli_answer_str(const client_resp_t *resp, const char *key, err_t *err);
+
 /* --- cmd_sandbox.c: naming a sandbox --------------------------------------------------- */
 
 /* How long a call that may pull an image may take (create, image pull). */
@@ -160,6 +189,13 @@ int cli_sandbox_path(client_t *c, const char *key, const char *suffix, char **ou
 /* The sandbox key as the daemon takes it in a path, in *out (new string): the full id for a
  * unique prefix, else key unchanged. */
 int cli_sandbox_id(client_t *c, const char *key, char **out, err_t *err);
+/* Send method with body (may be NULL) to cli_sandbox_path's path for key and suffix. */
+int cli_sandbox_call(client_t *c, const char *key, const char *method, const char *suffix,
+                     const json_t *body, client_resp_t *resp, err_t *err);
+/* Connect, and POST body (may be NULL) to key's sandbox and suffix as cli_sandbox_call does,
+ * allowing CLI_CHECKPOINT_TIMEOUT_S: fork, snapshot create and coalesce take that long. */
+int cli_checkpoint_post(cli_t *cli, const char *key, const char *suffix, const json_t *body,
+                        client_resp_t *resp, err_t *err);
 
 /* --- the verbs -------------------------------------------------------------------------- */
 

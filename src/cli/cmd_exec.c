@@ -1,6 +1,5 @@
 /* sandboxer exec | logs: commands in a sandbox and the main process's output, streamed. */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,25 +53,6 @@ static int read_stdin(json_t **out, err_t *err)
     return 0;
 }
 
-static int put_timeout(json_t *body, const char *v, err_t *err)
-{
-    char *end;
-    double secs = v ? strtod(v, &end) : 0;
-    if (!v)
-        return 0;
-    if (end == v || *end || !isfinite(secs) || secs <= 0)
-        return cli_usage(err, "exec: --timeout wants a number of seconds, not '%s'", v);
-    json_object_set_new(body, "timeout", json_real(secs));
-    return 0;
-}
-
-static int put_str(json_t *obj, const char *key, const char *value, err_t *err)
-{
-    if (value && json_object_set_new(obj, key, json_string(value)) < 0)
-        return cli_usage(err, "exec: the %s '%s' is not UTF-8 text", key, value);
-    return 0;
-}
-
 /* --code CODE: {"code"} for /execute, which takes no argv, env, cwd, user or stdin. */
 static int code_body(const cli_args_t *args, json_t *body, err_t *err)
 {
@@ -87,7 +67,7 @@ static int code_body(const cli_args_t *args, json_t *body, err_t *err)
         return cli_usage(err, "exec: --stdin does not go with --code; use `-- sh -c CODE`");
     if (!*cli_opt_str(args, "code"))
         return cli_usage(err, "exec: --code wants some shell code");
-    return put_str(body, "code", cli_opt_str(args, "code"), err);
+    return cli_put_str(body, "code", cli_opt_str(args, "code"), "exec: ", err);
 }
 
 /* -- CMD [ARGS...] with options: {"argv", "env", "cwd", "user", "stdin"} for /exec. */
@@ -96,17 +76,14 @@ static int argv_body(const cli_args_t *args, json_t *body, err_t *err)
     json_t *env = NULL, *in = NULL;
     if (cli_nargs(args) < 2)
         return cli_usage(err, "exec: missing the command (-- CMD [ARGS...], or --code CODE)");
-    json_t *argv = json_array();
-    json_object_set_new(body, "argv", argv);
-    for (int i = 1; i < cli_nargs(args); i++)
-        if (json_array_append_new(argv, json_string(cli_arg(args, i))) < 0)
-            return cli_usage(err, "exec: the argument '%s' is not UTF-8 text", cli_arg(args, i));
+    if (cli_put_args(body, "argv", args, "exec", err) < 0)
+        return -1;
     if (cli_opt_env(args, "env", &env, err) < 0)
         return -1;
     if (env)
         json_object_set_new(body, "env", env);
-    if (put_str(body, "cwd", cli_opt_str(args, "cwd"), err) < 0 ||
-        put_str(body, "user", cli_opt_str(args, "user"), err) < 0)
+    if (cli_put_str(body, "cwd", cli_opt_str(args, "cwd"), "exec: ", err) < 0 ||
+        cli_put_str(body, "user", cli_opt_str(args, "user"), "exec: ", err) < 0)
         return -1;
     /* Last, so that a usage error above does not first wait for the whole of stdin. */
     if (cli_opt_flag(args, "stdin") && read_stdin(&in, err) < 0)
@@ -179,7 +156,8 @@ int cmd_exec(cli_t *cli, const cli_args_t *args, err_t *err)
     bool code = cli_opt_str(args, "code") != NULL;
     _cleanup_json_ json_t *body = json_object();
     _cleanup_free_ char *path = NULL;
-    if (put_timeout(body, cli_opt_str(args, "timeout"), err) < 0 ||
+    if (cli_put_positive(body, "timeout", cli_opt_str(args, "timeout"), "exec",
+                         "a number of seconds", err) < 0 ||
         (code ? code_body(args, body, err) : argv_body(args, body, err)) < 0)
         return -1;
     client_t *c = cli_connect(cli, true, err);

@@ -7,14 +7,6 @@
 #include "common/jsonx.h"
 #include "common/util.h"
 
-/* Set obj[key] to the string value, if given; text that is not UTF-8 is a usage error. */
-static int put_str(json_t *obj, const char *key, const char *value, err_t *err)
-{
-    if (value && json_object_set_new(obj, key, json_string(value)) < 0)
-        return cli_usage(err, "fork: the %s '%s' is not UTF-8 text", key, value);
-    return 0;
-}
-
 /* The child's id on stdout, for `CHILD=$(sandboxer fork ID)`; what was kept on stderr. */
 static void print_fork(const json_t *child, const char *parent_key)
 {
@@ -31,19 +23,13 @@ static void print_fork(const json_t *child, const char *parent_key)
 int cmd_fork(cli_t *cli, const cli_args_t *args, err_t *err)
 {
     _cleanup_json_ json_t *body = json_object();
-    _cleanup_free_ char *path = NULL;
     _cleanup_resp_ client_resp_t resp = {0};
-    if (put_str(body, "label", cli_opt_str(args, "label"), err) < 0 ||
-        put_str(body, "hostname", cli_opt_str(args, "hostname"), err) < 0)
+    if (cli_put_str(body, "label", cli_opt_str(args, "label"), "fork: ", err) < 0 ||
+        cli_put_str(body, "hostname", cli_opt_str(args, "hostname"), "fork: ", err) < 0)
         return -1;
-    client_t *c = cli_connect(cli, true, err);
-    if (!c || cli_sandbox_path(c, cli_arg(args, 0), "/fork", &path, err) < 0)
+    if (cli_checkpoint_post(cli, cli_arg(args, 0), "/fork", body, &resp, err) < 0 ||
+        !cli_answer_str(&resp, "id", err))
         return -1;
-    client_set_timeout(c, CLI_CHECKPOINT_TIMEOUT_S);
-    if (client_call(c, "POST", path, body, &resp, err) < 0)
-        return -1;
-    if (!cli_jstr(resp.json, "id", NULL))
-        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer holds no id");
     if (cli->json)
         cli_print_raw(&resp);
     else
@@ -53,15 +39,13 @@ int cmd_fork(cli_t *cli, const cli_args_t *args, err_t *err)
 
 int cmd_tree(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    _cleanup_free_ char *path = NULL;
     _cleanup_resp_ client_resp_t resp = {0};
     client_t *c = cli_connect(cli, true, err);
-    if (!c || cli_sandbox_path(c, cli_arg(args, 0), "/tree", &path, err) < 0 ||
-        client_call(c, "GET", path, NULL, &resp, err) < 0)
+    if (!c || cli_sandbox_call(c, cli_arg(args, 0), "GET", "/tree", NULL, &resp, err) < 0)
         return -1;
-    const char *tree = cli_jstr(resp.json, "tree", NULL);
+    const char *tree = cli_answer_str(&resp, "tree", err);
     if (!tree)
-        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer holds no tree");
+        return -1;
     if (cli->json) {
         cli_print_raw(&resp);
         return 0;
@@ -93,17 +77,14 @@ static void print_coalesce(const json_t *out)
 int cmd_coalesce(cli_t *cli, const cli_args_t *args, err_t *err)
 {
     _cleanup_free_ char *final = NULL;
-    _cleanup_free_ char *path = NULL;
     _cleanup_resp_ client_resp_t resp = {0};
     client_t *c = cli_connect(cli, true, err);
     if (!c || cli_sandbox_id(c, cli_arg(args, 1), &final, err) < 0)
         return -1;
     _cleanup_free_ char *esc = client_escape(final);
     _cleanup_free_ char *suffix = xasprintf("/coalesce/%s", esc);
-    if (cli_sandbox_path(c, cli_arg(args, 0), suffix, &path, err) < 0)
-        return -1;
-    client_set_timeout(c, CLI_CHECKPOINT_TIMEOUT_S); /* it deletes a whole subtree */
-    if (client_call(c, "POST", path, NULL, &resp, err) < 0)
+    /* With the long timeout: it deletes a whole subtree. */
+    if (cli_checkpoint_post(cli, cli_arg(args, 0), suffix, NULL, &resp, err) < 0)
         return -1;
     if (cli->json)
         cli_print_raw(&resp);

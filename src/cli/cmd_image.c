@@ -69,41 +69,23 @@ int cmd_image_import(cli_t *cli, const cli_args_t *args, err_t *err)
     return store_image(cli, "/images/import", body, "imported", path, err);
 }
 
-static void print_images(const json_t *images)
+static void add_image(cli_table_t *t, const json_t *img, const cli_args_t *args)
 {
-    static const char *const headers[] = {"REF", "DIGEST", "SIZE", "PULLED"};
-    _cleanup_table_ cli_table_t *t = cli_table_new(ARRAY_SIZE(headers), headers);
-    size_t i;
-    const json_t *img;
-    json_array_foreach(images, i, img)
-    {
-        char digest[DIGEST_SHORT + 1], size[32], pulled[32];
-        const char *cells[] = {
-            cli_jstr(img, "ref", "?"),
-            short_digest(cli_jstr(img, "digest", "-"), digest, sizeof(digest)),
-            cli_format_size(json_object_get(img, "size"), size, sizeof(size)),
-            cli_format_time(json_object_get(img, "pulled_at"), pulled, sizeof(pulled)),
-        };
-        cli_table_add(t, cells);
-    }
-    cli_table_print(t, stdout);
+    (void)args;
+    char digest[DIGEST_SHORT + 1], size[32], pulled[32];
+    const char *cells[] = {
+        cli_jstr(img, "ref", "?"),
+        short_digest(cli_jstr(img, "digest", "-"), digest, sizeof(digest)),
+        cli_format_size(json_object_get(img, "size"), size, sizeof(size)),
+        cli_format_time(json_object_get(img, "pulled_at"), pulled, sizeof(pulled)),
+    };
+    cli_table_add(t, cells);
 }
 
 int cmd_image_ls(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    (void)args;
-    _cleanup_resp_ client_resp_t resp = {0};
-    client_t *c = cli_connect(cli, true, err);
-    if (!c || client_call(c, "GET", "/images", NULL, &resp, err) < 0)
-        return -1;
-    const json_t *images = json_object_get(resp.json, "images");
-    if (!json_is_array(images))
-        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer lists no images");
-    if (cli->json)
-        cli_print_raw(&resp);
-    else
-        print_images(images);
-    return 0;
+    static const char *const headers[] = {"REF", "DIGEST", "SIZE", "PULLED", NULL};
+    return cli_list(cli, args, "/images", "images", headers, add_image, err);
 }
 
 static int remove_one(cli_t *cli, client_t *c, const char *ref, err_t *err)
@@ -111,22 +93,10 @@ static int remove_one(cli_t *cli, client_t *c, const char *ref, err_t *err)
     /* A ref spans path segments (docker.io/library/busybox:latest): keep its slashes. */
     _cleanup_free_ char *esc = client_escape_path(ref);
     _cleanup_free_ char *path = xasprintf("/images/%s", esc);
-    _cleanup_resp_ client_resp_t resp = {0};
-    if (client_call(c, "DELETE", path, NULL, &resp, err) < 0)
-        return -1;
-    if (cli->json) {
-        cli_print_raw(&resp);
-    } else {
-        _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "ref", ref));
-        printf("%s\n", shown);
-    }
-    return 0;
+    return cli_delete(cli, c, path, "ref", ref, err);
 }
 
 int cmd_image_rm(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    client_t *c = cli_connect(cli, true, err);
-    if (!c)
-        return -1;
-    return cli_each_arg(cli, c, args, remove_one, err);
+    return cli_each_arg(cli, args, remove_one, err);
 }

@@ -1,6 +1,5 @@
 /* sandboxer create | ls | inspect | rm: sandboxes over /sandboxes, and naming one by its id. */
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,27 +75,26 @@ int cli_sandbox_path(client_t *c, const char *key, const char *suffix, char **ou
     return 0;
 }
 
+int cli_sandbox_call(client_t *c, const char *key, const char *method, const char *suffix,
+                     const json_t *body, client_resp_t *resp, err_t *err)
+{
+    _cleanup_free_ char *path = NULL;
+    if (cli_sandbox_path(c, key, suffix, &path, err) < 0)
+        return -1;
+    return client_call(c, method, path, body, resp, err);
+}
+
+int cli_checkpoint_post(cli_t *cli, const char *key, const char *suffix, const json_t *body,
+                        client_resp_t *resp, err_t *err)
+{
+    client_t *c = cli_connect(cli, true, err);
+    if (!c)
+        return -1;
+    client_set_timeout(c, CLI_CHECKPOINT_TIMEOUT_S);
+    return cli_sandbox_call(c, key, "POST", suffix, body, resp, err);
+}
+
 /* --- create ----------------------------------------------------------------------------- */
-
-/* Set obj[key] to the string value, if given; text that is not UTF-8 is a usage error. */
-static int put_str(json_t *obj, const char *key, const char *value, err_t *err)
-{
-    if (value && json_object_set_new(obj, key, json_string(value)) < 0)
-        return cli_usage(err, "the %s '%s' is not UTF-8 text", key, value);
-    return 0;
-}
-
-static int put_cpus(json_t *body, const char *v, err_t *err)
-{
-    char *end;
-    double cpus = v ? strtod(v, &end) : 0;
-    if (!v)
-        return 0;
-    if (end == v || *end || !isfinite(cpus) || cpus <= 0)
-        return cli_usage(err, "create: --cpus wants a positive number, like 0.5 or 2, not '%s'", v);
-    json_object_set_new(body, "cpus", json_real(cpus));
-    return 0;
-}
 
 /* Bytes as an integer, a size like "512M" as the string (the daemon reads it the same way). */
 static int put_memory(json_t *body, const char *v, err_t *err)
@@ -149,12 +147,7 @@ static int put_args(json_t *body, const cli_args_t *args, err_t *err)
 {
     if (cli_nargs(args) < 2)
         return 0;
-    json_t *arr = json_array();
-    json_object_set_new(body, "args", arr);
-    for (int i = 1; i < cli_nargs(args); i++)
-        if (json_array_append_new(arr, json_string(cli_arg(args, i))) < 0)
-            return cli_usage(err, "create: the argument '%s' is not UTF-8 text", cli_arg(args, i));
-    return 0;
+    return cli_put_args(body, "args", args, "create", err);
 }
 
 static void put_flags(json_t *body, const cli_args_t *args)
@@ -183,9 +176,9 @@ static int snapshot_body(const cli_args_t *args, const char *snapshot, json_t *b
                              "create: --%s does not go with --snapshot, which takes only "
                              "--label and --hostname",
                              image_only_opts[i]);
-    if (put_str(body, "snapshot", snapshot, err) < 0 ||
-        put_str(body, "label", cli_opt_str(args, "label"), err) < 0 ||
-        put_str(body, "hostname", cli_opt_str(args, "hostname"), err) < 0)
+    if (cli_put_str(body, "snapshot", snapshot, "", err) < 0 ||
+        cli_put_str(body, "label", cli_opt_str(args, "label"), "", err) < 0 ||
+        cli_put_str(body, "hostname", cli_opt_str(args, "hostname"), "", err) < 0)
         return -1;
     return 0;
 }
@@ -204,10 +197,11 @@ static int create_body(const cli_args_t *args, json_t *body, err_t *err)
         return -1;
     if (env)
         json_object_set_new(body, "env", env);
-    if (put_str(body, "image", cli_arg(args, 0), err) < 0 ||
-        put_str(body, "label", cli_opt_str(args, "label"), err) < 0 ||
-        put_str(body, "hostname", cli_opt_str(args, "hostname"), err) < 0 ||
-        put_cpus(body, cli_opt_str(args, "cpus"), err) < 0 ||
+    if (cli_put_str(body, "image", cli_arg(args, 0), "", err) < 0 ||
+        cli_put_str(body, "label", cli_opt_str(args, "label"), "", err) < 0 ||
+        cli_put_str(body, "hostname", cli_opt_str(args, "hostname"), "", err) < 0 ||
+        cli_put_positive(body, "cpus", cli_opt_str(args, "cpus"), "create",
+                         "a positive number, like 0.5 or 2", err) < 0 ||
         put_memory(body, cli_opt_str(args, "memory"), err) < 0 ||
         put_pids(body, cli_opt_str(args, "pids"), err) < 0 || put_ports(body, args, err) < 0 ||
         put_args(body, args, err) < 0)
@@ -229,9 +223,9 @@ int cmd_create(cli_t *cli, const cli_args_t *args, err_t *err)
     client_set_timeout(c, CLI_PULL_TIMEOUT_S);
     if (client_call(c, "POST", "/sandboxes", body, &resp, err) < 0)
         return -1;
-    const char *id = cli_jstr(resp.json, "id", NULL);
+    const char *id = cli_answer_str(&resp, "id", err);
     if (!id)
-        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer holds no id");
+        return -1;
     if (cli->json) {
         cli_print_raw(&resp);
     } else {
@@ -243,57 +237,38 @@ int cmd_create(cli_t *cli, const cli_args_t *args, err_t *err)
 
 /* --- ls, inspect, rm -------------------------------------------------------------------- */
 
-static void print_sandboxes(const json_t *sandboxes, bool all)
+/* A terminated sandbox is shown only with --all. */
+static void add_sandbox(cli_table_t *t, const json_t *s, const cli_args_t *args)
 {
-    static const char *const headers[] = {"ID", "NAME", "LABEL", "IMAGE", "STATUS", "CREATED"};
-    _cleanup_table_ cli_table_t *t = cli_table_new(ARRAY_SIZE(headers), headers);
-    size_t i;
-    const json_t *s;
-    json_array_foreach(sandboxes, i, s)
-    {
-        char id[CLI_ID_SHORT + 1], created[32];
-        const char *status = cli_jstr(s, "status", "?");
-        const char *label = cli_jstr(s, "label", "");
-        if (!all && strcmp(status, "terminated") == 0)
-            continue;
-        snprintf(id, sizeof(id), "%s", cli_jstr(s, "id", "?"));
-        const char *cells[] = {
-            id,
-            cli_jstr(s, "name", "-"),
-            *label ? label : "-",
-            cli_jstr(s, "image", "-"),
-            status,
-            cli_format_time(json_object_get(s, "created_at"), created, sizeof(created)),
-        };
-        cli_table_add(t, cells);
-    }
-    cli_table_print(t, stdout);
+    char id[CLI_ID_SHORT + 1], created[32];
+    const char *status = cli_jstr(s, "status", "?");
+    const char *label = cli_jstr(s, "label", "");
+    if (!cli_opt_flag(args, "all") && strcmp(status, "terminated") == 0)
+        return;
+    snprintf(id, sizeof(id), "%s", cli_jstr(s, "id", "?"));
+    const char *cells[] = {
+        id,
+        cli_jstr(s, "name", "-"),
+        *label ? label : "-",
+        cli_jstr(s, "image", "-"),
+        status,
+        cli_format_time(json_object_get(s, "created_at"), created, sizeof(created)),
+    };
+    cli_table_add(t, cells);
 }
 
 int cmd_ls(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    _cleanup_resp_ client_resp_t resp = {0};
-    client_t *c = cli_connect(cli, true, err);
-    if (!c || client_call(c, "GET", "/sandboxes", NULL, &resp, err) < 0)
-        return -1;
-    const json_t *sandboxes = json_object_get(resp.json, "sandboxes");
-    if (!json_is_array(sandboxes))
-        return err_set(err, ERR_INTERNAL, 0, "bad_response",
-                       "the daemon's answer lists no sandboxes");
-    if (cli->json)
-        cli_print_raw(&resp);
-    else
-        print_sandboxes(sandboxes, cli_opt_flag(args, "all"));
-    return 0;
+    static const char *const headers[] = {"ID",     "NAME",    "LABEL", "IMAGE",
+                                          "STATUS", "CREATED", NULL};
+    return cli_list(cli, args, "/sandboxes", "sandboxes", headers, add_sandbox, err);
 }
 
 int cmd_inspect(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    _cleanup_free_ char *path = NULL;
     _cleanup_resp_ client_resp_t resp = {0};
     client_t *c = cli_connect(cli, true, err);
-    if (!c || cli_sandbox_path(c, cli_arg(args, 0), "", &path, err) < 0 ||
-        client_call(c, "GET", path, NULL, &resp, err) < 0)
+    if (!c || cli_sandbox_call(c, cli_arg(args, 0), "GET", "", NULL, &resp, err) < 0)
         return -1;
     cli_print_json(resp.json); /* indented either way: it is read by people and scripts alike */
     return 0;
@@ -302,23 +277,12 @@ int cmd_inspect(cli_t *cli, const cli_args_t *args, err_t *err)
 static int remove_one(cli_t *cli, client_t *c, const char *key, err_t *err)
 {
     _cleanup_free_ char *path = NULL;
-    _cleanup_resp_ client_resp_t resp = {0};
-    if (cli_sandbox_path(c, key, "", &path, err) < 0 ||
-        client_call(c, "DELETE", path, NULL, &resp, err) < 0)
+    if (cli_sandbox_path(c, key, "", &path, err) < 0)
         return -1;
-    if (cli->json) {
-        cli_print_raw(&resp);
-    } else {
-        _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "id", key));
-        printf("%s\n", shown);
-    }
-    return 0;
+    return cli_delete(cli, c, path, "id", key, err);
 }
 
 int cmd_rm(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    client_t *c = cli_connect(cli, true, err);
-    if (!c)
-        return -1;
-    return cli_each_arg(cli, c, args, remove_one, err);
+    return cli_each_arg(cli, args, remove_one, err);
 }

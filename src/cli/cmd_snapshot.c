@@ -22,16 +22,11 @@ static void print_snapshot(const json_t *snap, const char *given)
 int cmd_snapshot_create(cli_t *cli, const cli_args_t *args, err_t *err)
 {
     const char *name = cli_arg(args, 1);
-    _cleanup_free_ char *path = NULL;
     _cleanup_resp_ client_resp_t resp = {0};
     _cleanup_json_ json_t *body = json_object();
     if (!*name || json_object_set_new(body, "name", json_string(name)) < 0)
         return cli_usage(err, "snapshot create: '%s' is not a snapshot name", name);
-    client_t *c = cli_connect(cli, true, err);
-    if (!c || cli_sandbox_path(c, cli_arg(args, 0), "/snapshots", &path, err) < 0)
-        return -1;
-    client_set_timeout(c, CLI_CHECKPOINT_TIMEOUT_S);
-    if (client_call(c, "POST", path, body, &resp, err) < 0)
+    if (cli_checkpoint_post(cli, cli_arg(args, 0), "/snapshots", body, &resp, err) < 0)
         return -1;
     if (cli->json)
         cli_print_raw(&resp);
@@ -40,66 +35,35 @@ int cmd_snapshot_create(cli_t *cli, const cli_args_t *args, err_t *err)
     return 0;
 }
 
-static void print_snapshots(const json_t *snapshots)
+static void add_snapshot(cli_table_t *t, const json_t *s, const cli_args_t *args)
 {
-    static const char *const headers[] = {"NAME", "SOURCE", "IMAGE", "MEMORY", "CREATED"};
-    _cleanup_table_ cli_table_t *t = cli_table_new(ARRAY_SIZE(headers), headers);
-    size_t i;
-    const json_t *s;
-    json_array_foreach(snapshots, i, s)
-    {
-        char source[CLI_ID_SHORT + 1], created[32];
-        snprintf(source, sizeof(source), "%s", cli_jstr(s, "source_id", "-"));
-        const char *cells[] = {
-            cli_jstr(s, "name", "?"),
-            source,
-            cli_jstr(s, "image", "-"),
-            json_is_true(json_object_get(s, "memory_preserved")) ? "yes" : "no",
-            cli_format_time(json_object_get(s, "created_at"), created, sizeof(created)),
-        };
-        cli_table_add(t, cells);
-    }
-    cli_table_print(t, stdout);
+    (void)args;
+    char source[CLI_ID_SHORT + 1], created[32];
+    snprintf(source, sizeof(source), "%s", cli_jstr(s, "source_id", "-"));
+    const char *cells[] = {
+        cli_jstr(s, "name", "?"),
+        source,
+        cli_jstr(s, "image", "-"),
+        json_is_true(json_object_get(s, "memory_preserved")) ? "yes" : "no",
+        cli_format_time(json_object_get(s, "created_at"), created, sizeof(created)),
+    };
+    cli_table_add(t, cells);
 }
 
 int cmd_snapshot_ls(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    (void)args;
-    _cleanup_resp_ client_resp_t resp = {0};
-    client_t *c = cli_connect(cli, true, err);
-    if (!c || client_call(c, "GET", "/snapshots", NULL, &resp, err) < 0)
-        return -1;
-    const json_t *snapshots = json_object_get(resp.json, "snapshots");
-    if (!json_is_array(snapshots))
-        return err_set(err, ERR_INTERNAL, 0, "bad_response",
-                       "the daemon's answer lists no snapshots");
-    if (cli->json)
-        cli_print_raw(&resp);
-    else
-        print_snapshots(snapshots);
-    return 0;
+    static const char *const headers[] = {"NAME", "SOURCE", "IMAGE", "MEMORY", "CREATED", NULL};
+    return cli_list(cli, args, "/snapshots", "snapshots", headers, add_snapshot, err);
 }
 
 static int remove_one(cli_t *cli, client_t *c, const char *name, err_t *err)
 {
     _cleanup_free_ char *esc = client_escape(name);
     _cleanup_free_ char *path = xasprintf("/snapshots/%s", esc);
-    _cleanup_resp_ client_resp_t resp = {0};
-    if (client_call(c, "DELETE", path, NULL, &resp, err) < 0)
-        return -1;
-    if (cli->json) {
-        cli_print_raw(&resp);
-    } else {
-        _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "name", name));
-        printf("%s\n", shown);
-    }
-    return 0;
+    return cli_delete(cli, c, path, "name", name, err);
 }
 
 int cmd_snapshot_rm(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    client_t *c = cli_connect(cli, true, err);
-    if (!c)
-        return -1;
-    return cli_each_arg(cli, c, args, remove_one, err);
+    return cli_each_arg(cli, args, remove_one, err);
 }

@@ -19,10 +19,8 @@ static const struct state_change wake_change = {"POST", "/wake"};
 static int change_one(cli_t *cli, client_t *c, const char *key, const struct state_change *sc,
                       err_t *err)
 {
-    _cleanup_free_ char *path = NULL;
     _cleanup_resp_ client_resp_t resp = {0};
-    if (cli_sandbox_path(c, key, sc->suffix, &path, err) < 0 ||
-        client_call(c, sc->method, path, NULL, &resp, err) < 0)
+    if (cli_sandbox_call(c, key, sc->method, sc->suffix, NULL, &resp, err) < 0)
         return -1;
     if (cli->json) {
         cli_print_raw(&resp);
@@ -61,7 +59,7 @@ static int change_each(cli_t *cli, const cli_args_t *args, cli_item_fn fn, err_t
     if (!c)
         return -1;
     client_set_timeout(c, CLI_CHECKPOINT_TIMEOUT_S);
-    return cli_each_arg(cli, c, args, fn, err);
+    return cli_each_arg(cli, args, fn, err);
 }
 
 int cmd_pause(cli_t *cli, const cli_args_t *args, err_t *err)

@@ -37,9 +37,9 @@ int cmd_token_create(cli_t *cli, const cli_args_t *args, err_t *err)
     client_t *c = cli_connect(cli, true, err);
     if (!c || client_call(c, "POST", "/auth/tokens", body, &resp, err) < 0)
         return -1;
-    const char *secret = cli_jstr(resp.json, "token", NULL);
+    const char *secret = cli_answer_str(&resp, "token", err);
     if (!secret)
-        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer holds no token");
+        return -1;
     /* Show the secret before saving it, so a failed save does not lose it. */
     if (cli->json)
         cli_print_raw(&resp);
@@ -72,67 +72,38 @@ static int list_path(const cli_args_t *args, char **path, err_t *err)
     return 0;
 }
 
-static void print_tokens(const json_t *tokens)
+static void add_token(cli_table_t *t, const json_t *tok, const cli_args_t *args)
 {
-    static const char *const headers[] = {"ID", "NAME", "USER", "CREATED", "LAST USED"};
-    _cleanup_table_ cli_table_t *t = cli_table_new(ARRAY_SIZE(headers), headers);
-    size_t i;
-    const json_t *tok;
-    json_array_foreach(tokens, i, tok)
-    {
-        char created[32], used[32];
-        const char *name = cli_jstr(tok, "name", "");
-        const char *cells[] = {
-            cli_jstr(tok, "id", "?"),
-            *name ? name : "-",
-            cli_jstr(tok, "user", "?"),
-            cli_format_time(json_object_get(tok, "created_at"), created, sizeof(created)),
-            cli_format_time(json_object_get(tok, "last_used_at"), used, sizeof(used)),
-        };
-        cli_table_add(t, cells);
-    }
-    cli_table_print(t, stdout);
+    (void)args;
+    char created[32], used[32];
+    const char *name = cli_jstr(tok, "name", "");
+    const char *cells[] = {
+        cli_jstr(tok, "id", "?"),
+        *name ? name : "-",
+        cli_jstr(tok, "user", "?"),
+        cli_format_time(json_object_get(tok, "created_at"), created, sizeof(created)),
+        cli_format_time(json_object_get(tok, "last_used_at"), used, sizeof(used)),
+    };
+    cli_table_add(t, cells);
 }
 
 int cmd_token_ls(cli_t *cli, const cli_args_t *args, err_t *err)
 {
+    static const char *const headers[] = {"ID", "NAME", "USER", "CREATED", "LAST USED", NULL};
     _cleanup_free_ char *path = NULL;
-    _cleanup_resp_ client_resp_t resp = {0};
     if (list_path(args, &path, err) < 0)
         return -1;
-    client_t *c = cli_connect(cli, true, err);
-    if (!c || client_call(c, "GET", path, NULL, &resp, err) < 0)
-        return -1;
-    const json_t *tokens = json_object_get(resp.json, "tokens");
-    if (!json_is_array(tokens))
-        return err_set(err, ERR_INTERNAL, 0, "bad_response", "the daemon's answer lists no tokens");
-    if (cli->json)
-        cli_print_raw(&resp);
-    else
-        print_tokens(tokens);
-    return 0;
+    return cli_list(cli, args, path, "tokens", headers, add_token, err);
 }
 
 static int remove_one(cli_t *cli, client_t *c, const char *id, err_t *err)
 {
     _cleanup_free_ char *esc = client_escape(id);
     _cleanup_free_ char *path = xasprintf("/auth/tokens/%s", esc);
-    _cleanup_resp_ client_resp_t resp = {0};
-    if (client_call(c, "DELETE", path, NULL, &resp, err) < 0)
-        return -1;
-    if (cli->json) {
-        cli_print_raw(&resp);
-    } else {
-        _cleanup_free_ char *shown = cli_safe(cli_jstr(resp.json, "id", id));
-        printf("%s\n", shown);
-    }
-    return 0;
+    return cli_delete(cli, c, path, "id", id, err);
 }
 
 int cmd_token_rm(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    client_t *c = cli_connect(cli, true, err);
-    if (!c)
-        return -1;
-    return cli_each_arg(cli, c, args, remove_one, err);
+    return cli_each_arg(cli, args, remove_one, err);
 }
