@@ -178,13 +178,13 @@ def test_hibernate_frees_memory_and_wake_resumes_the_counter(sbx):
     assert r.json() == {"id": sid, "status": "hibernated"}
     assert sbx.get(f"/sandboxes/{sid}").json()["status"] == "hibernated"
     assert cgroup_memory(sid) < 4 << 20
-    time.sleep(1.0)
+    time.sleep(3.0)  # 300 ticks if it were running
     r = sbx.post(f"/sandboxes/{sid}/wake", timeout=120)
     assert r.json()["status"] == "running"
     after = ask(sbx, sid)
     assert after["x"] == 7 and after["digest"] == before["digest"]
     # the counter went on from where it was: not from zero, not counting the sleep
-    assert before["ticks"] <= after["ticks"] < before["ticks"] + 60, (before, after)
+    assert before["ticks"] <= after["ticks"] < before["ticks"] + 150, (before, after)
 
 
 def test_exec_wakes_a_hibernated_sandbox(sbx):
