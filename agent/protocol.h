@@ -14,10 +14,11 @@
 #define AGENT_PROTOCOL_VERSION 1
 #define AGENT_HEADER_LEN       5
 #define AGENT_MAX_FRAME        (1024u * 1024u) /* largest payload accepted either way */
-#define AGENT_MAX_CHUNK        (64u * 1024u)   /* largest STDOUT/STDERR/STDIN payload sent */
+#define AGENT_MAX_CHUNK        (64u * 1024u)   /* largest STDOUT/STDERR/STDIN/FILE_DATA sent */
 #define AGENT_SOCKET_DEFAULT   "/run/sandboxer/agent.sock"
 
-/* Frame types. Client → agent use 0x01-0x7f, agent → client 0x81-0xff. */
+/* Frame types. Client → agent use 0x01-0x7f, agent → client 0x81-0xff, except FILE_DATA and
+ * FILE_END, which also carry a WRITE's data from the client. */
 enum agent_frame_type {
     /* client → agent */
     AGENT_HELLO = 0x01,     /* JSON {"version": 1}; answered with AGENT_HELLO_OK */
@@ -27,14 +28,16 @@ enum agent_frame_type {
     AGENT_STDIN_EOF = 0x05, /* empty: close the process's stdin */
     AGENT_SIGNAL = 0x06,    /* 1 byte: a signal number for the process group */
     AGENT_RESIZE = 0x07,    /* 4 bytes: u16 cols, u16 rows, big-endian (tty execs) */
-    /* reserved for later requests, answered today with ERROR "unsupported" */
-    AGENT_STAT = 0x10,
-    AGENT_READ = 0x11,
-    AGENT_WRITE = 0x12,
-    AGENT_LIST = 0x13,
-    AGENT_DELETE = 0x14,
-    AGENT_MKDIR = 0x15,
-    AGENT_RENAME = 0x16,
+    /* files requests: JSON, one per connection instead of EXEC, served as the request's user */
+    AGENT_STAT = 0x10,   /* {"path"} → FILE_INFO */
+    AGENT_READ = 0x11,   /* {"path", "offset"?, "length"?} → FILE_INFO, FILE_DATA..., FILE_END */
+    AGENT_WRITE = 0x12,  /* {"path", "mode"?, "mkdir"?, "append"?} → OK ready; the client
+                            sends FILE_DATA..., FILE_END → OK {"size"} */
+    AGENT_LIST = 0x13,   /* {"path"} → DIR_ENTRIES..., FILE_END {"truncated"} */
+    AGENT_DELETE = 0x14, /* {"path", "recursive"?} → OK */
+    AGENT_MKDIR = 0x15,  /* {"path", "parents"?, "mode"?} → OK */
+    AGENT_RENAME = 0x16, /* {"from", "to", "overwrite"?} → OK */
+    /* reserved for a later request, answered today with ERROR "unsupported" */
     AGENT_PS = 0x20,
 
     /* agent → client */
@@ -45,12 +48,13 @@ enum agent_frame_type {
     AGENT_STDERR = 0x85,   /* bytes */
     AGENT_EXIT = 0x86,     /* JSON {"exit_code": N, "signal": S|null, "timed_out": bool} */
     AGENT_ERROR = 0x87,    /* JSON {"code": "...", "message": "..."}; the agent then closes */
-    /* reserved for the answers of the reserved requests */
-    AGENT_FILE_INFO = 0x90,
-    AGENT_FILE_DATA = 0x91,
-    AGENT_FILE_END = 0x92,
-    AGENT_DIR_ENTRIES = 0x93,
-    AGENT_OK = 0x94,
+    /* answers of the files requests (FILE_DATA and FILE_END also go client → agent in WRITE) */
+    AGENT_FILE_INFO = 0x90,   /* JSON file object {name, path, type, is_dir, size, mode, mtime} */
+    AGENT_FILE_DATA = 0x91,   /* file bytes, <= AGENT_MAX_CHUNK from the agent */
+    AGENT_FILE_END = 0x92,    /* end of READ's or WRITE's data; LIST: {"truncated": bool} */
+    AGENT_DIR_ENTRIES = 0x93, /* JSON {"entries": [file object...]} */
+    AGENT_OK = 0x94,          /* JSON {"path", "size"?, "ready"?} */
+    /* reserved for the answer of PS */
     AGENT_PROCESSES = 0xa0,
 };
 

@@ -1,7 +1,8 @@
 /*
  * One connection from the daemon, served by a forked child of PID 1: optional HELLO/PING
  * frames, then one EXEC, whose process is pumped (stdin in, stdout/stderr out, signals,
- * resizes, timeout) until its EXIT frame; then the connection closes.
+ * resizes, timeout) until its EXIT frame; then the connection closes. (Or, instead of the
+ * EXEC, one files request, served by files.c as the request's user.)
  *
  * The loop polls fixed slots and never sleeps: output is forwarded the moment a read
  * returns, and the EXIT frame is queued behind every output frame, so order is exact.

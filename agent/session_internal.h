@@ -34,5 +34,12 @@ void session_stdin_eof(struct session *s);
 ssize_t session_read_client(struct session *s);
 /* Handle every complete frame in s->in while an exec runs. */
 void session_handle_frames(struct session *s);
-/* Serve HELLO/PING until an EXEC starts a process (returns) or the client leaves (exits). */
+/* Serve HELLO/PING until an EXEC starts a process (returns), a files request was served or
+ * the client leaves (both exit). */
 void session_serve_requests(struct session *s);
+
+/* files.c: true for the request types served by the files code (STAT ... RENAME). */
+bool agent_files_handles(uint8_t type);
+/* Serve one files request (payload: a copy of its frame's), as its user; then exit. */
+__attribute__((noreturn)) void agent_files_serve(struct session *s, uint8_t type,
+                                                 const char *payload, size_t len);

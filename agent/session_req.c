@@ -386,6 +386,13 @@ void session_serve_requests(struct session *s)
                 _exit(0);
             continue;
         }
+        if (agent_files_handles(f.type)) { /* a files request is the connection's last */
+            char *payload = xmalloc(f.len + 1);
+            memcpy(payload, f.payload, f.len);
+            payload[f.len] = '\0';
+            consume(s, off); /* what follows (FILE_DATA) stays in s->in */
+            agent_files_serve(s, f.type, payload, f.len);
+        }
         bool started = handle_request(s, &f);
         consume(s, off);
         if (started)

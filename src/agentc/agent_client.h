@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
+#include "agent/path.h"
 #include "agent/protocol.h"
 #include "common/error.h"
 
@@ -133,3 +136,141 @@ int agentc_send_exec(int fd, const struct agentc_exec_req *req, err_t *err);
  */
 int agentc_exec(int fd, const struct agentc_exec_req *req, agentc_output_fn on_output, void *data,
                 int wait_ms, struct agentc_exec_result *res, err_t *err);
+
+/* --- files ------------------------------------------------------------------------------ */
+/*
+ * The files requests, each on a fresh connection from agentc_connect (close it afterwards:
+ * a request cut short is abandoned by the agent, a half-written file removed). The agent
+ * does the work inside the sandbox's mount namespace, as the request's user, so the kernel
+ * applies the sandbox's own symlinks and permissions; the host never resolves these paths.
+ *
+ * Agent ERROR codes become err kinds: not_found → ERR_NOT_FOUND "file_not_found";
+ * permission → ERR_FORBIDDEN "permission_denied"; no_space → ERR_LIMIT "no_space";
+ * read_only → ERR_CONFLICT "read_only"; exists → ERR_CONFLICT "file_exists"; in_use →
+ * ERR_CONFLICT "in_use"; too_large → ERR_TOO_LARGE "file_too_large"; is_directory,
+ * not_directory, special_file, not_empty, invalid_path, invalid, bad_user, cross_device →
+ * ERR_INVALID with that code; busy → ERR_LIMIT "agent_busy"; io_error → ERR_RUNTIME
+ * "io_error"; anything else → ERR_RUNTIME "agent_error".
+ */
+
+#define AGENTC_LIST_MAX        10000 /* entries agentc_list returns at most (the agent's bound) */
+#define AGENTC_LIST_MAX_BYTES  (32u * 1024u * 1024u) /* DIR_ENTRIES bytes it reads at most */
+#define AGENTC_FILE_TIMEOUT_MS 30000 /* default per-wait bound of the files requests */
+
+/* One files request; each function reads the members it documents and ignores the rest. */
+struct agentc_file_req {
+    const char *path; /* in the sandbox; relative to "/"; normalised here (agent/path.h) */
+    const char *user; /* "name|uid[:group|gid]"; NULL: the agent's --user, else root */
+    int timeout_ms;   /* every wait for the agent (an answer, room to send) is bounded by
+                         this; 0: AGENTC_FILE_TIMEOUT_MS */
+    uint64_t offset;  /* read: the first byte to send */
+    uint64_t length;  /* read: at most this many bytes; 0: to the end */
+    bool set_mode;    /* write, mkdir: apply mode (else write keeps the mode of the file it
+                         replaces, or 0644; mkdir uses 0755) */
+    uint32_t mode;    /* permission bits, at most 07777; applied exactly (no umask) */
+    bool mkdir;       /* write: create missing parent directories (0755) */
+    bool append;      /* write: append to the file in place (not atomic) */
+    bool recursive;   /* delete: also a non-empty directory, without following symlinks */
+    bool parents;     /* mkdir: create missing parents; an existing directory is fine */
+    const char *to;   /* rename: the new path (path is the old one) */
+    bool no_replace;  /* rename: ERR_CONFLICT "file_exists" rather than replacing `to` */
+};
+
+/* A file as the agent reports it (STAT, READ's FILE_INFO, one LIST entry), validated. */
+struct agentc_file_info {
+    const char *type;        /* "file", "dir", "symlink", "fifo", "socket", "char", "block" */
+    bool is_dir;             /* a directory, or a symlink to one */
+    uint64_t size;           /* lstat's size (a symlink: the length of its target's name) */
+    uint32_t mode;           /* permission bits */
+    double mtime;            /* seconds since the epoch */
+    uint64_t offset, length; /* read: the range that follows (clamped to the size) */
+    json_t *json; /* owned: {name, path, type, is_dir, size, mode: "0644", mtime, and for a
+                     symlink link_target, target_type (null if dangling)}, rebuilt from the
+                     validated values; name and path come from the request, not the agent */
+};
+
+/* Release info->json. */
+void agentc_file_info_free(struct agentc_file_info *info);
+
+/* Decode FILE_INFO for the normalised path that was asked (strict; unknown members ignored). */
+int agentc_decode_file_info(const struct agent_frame *f, const char *path,
+                            struct agentc_file_info *out, err_t *err);
+/*
+ * Decode one DIR_ENTRIES frame of a listing of the normalised dir: append each entry (as
+ * agentc_file_info's json, path = dir + "/" + name) to the array entries while it holds
+ * fewer than max; *truncated is set when some had to be dropped.
+ */
+int agentc_decode_dir_entries(const struct agent_frame *f, const char *dir, json_t *entries,
+                              size_t max, bool *truncated, err_t *err);
+/* Decode LIST's FILE_END {"truncated": bool}. */
+int agentc_decode_list_end(const struct agent_frame *f, bool *truncated, err_t *err);
+
+/* An OK frame: {"path": "...", "size": N, "ready": true}, each member optional. */
+struct agentc_ok {
+    bool ready;    /* WRITE: the agent is ready for the data */
+    bool has_size; /* WRITE's final OK: the bytes written */
+    uint64_t size;
+};
+/* Decode OK. */
+int agentc_decode_ok(const struct agent_frame *f, struct agentc_ok *out, err_t *err);
+/* Map an ERROR frame of a files request to err (see above); always returns -1. */
+int agentc_file_error(const struct agent_frame *f, err_t *err);
+
+/* STAT: what path is (a final symlink is reported as such, with its target's type). */
+int agentc_stat(int fd, const struct agentc_file_req *req, struct agentc_file_info *out,
+                err_t *err);
+
+/*
+ * LIST: a new JSON array of the entries of the directory path (symlinks to directories are
+ * followed), sorted by name, at most AGENTC_LIST_MAX; *truncated (may be NULL) says whether
+ * the directory held more. Each entry: {name, path, type, is_dir, size, mode, mtime, ...}.
+ */
+json_t *agentc_list(int fd, const struct agentc_file_req *req, bool *truncated, err_t *err);
+
+/* READ callbacks: non-zero stops the read (-1, ERR_UNAVAILABLE "output_aborted"). */
+typedef int (*agentc_info_fn)(void *data, const struct agentc_file_info *info);
+typedef int (*agentc_data_fn)(void *data, const uint8_t *p, size_t n);
+
+/*
+ * READ: stream the regular file path (symlinks followed). on_info first (may be NULL): the
+ * file's info with the range that follows (offset, length: req's range clamped to the size,
+ * for Content-Length / Content-Range; info is freed after the call), then on_data per chunk
+ * (at most 1 MiB, usually 64 KiB) until exactly info->length bytes came. Memory stays
+ * bounded by one frame. A file that shrank meanwhile is ERR_CONFLICT "file_changed" (after
+ * the bytes that came); a directory ERR_INVALID "is_directory", a device, fifo or socket
+ * ERR_INVALID "special_file".
+ */
+int agentc_read(int fd, const struct agentc_file_req *req, agentc_info_fn on_info,
+                agentc_data_fn on_data, void *data, err_t *err);
+
+/* A streaming WRITE; caller-owned. */
+typedef struct {
+    int fd;
+    int timeout_ms;
+    agentc_reader_t reader;
+    uint64_t sent; /* bytes passed to agentc_write_chunk so far */
+} agentc_writer_t;
+
+/*
+ * WRITE, step 1: ask the agent to write path (options: mode, mkdir, append) and wait until
+ * it is ready: the temp file exists, so permission, a missing directory, a directory or
+ * special file in the way, a read-only or full file system fail here, before any data.
+ * After success exactly one of agentc_write_end or agentc_write_abort must follow.
+ */
+int agentc_write_begin(int fd, const struct agentc_file_req *req, agentc_writer_t *w, err_t *err);
+/* WRITE, step 2 (any number of times): send n bytes, in frames of 64 KiB (no copy). Fails
+ * with the agent's error as soon as it reports one (e.g. no_space). */
+int agentc_write_chunk(agentc_writer_t *w, const void *p, size_t n, err_t *err);
+/* WRITE, step 3: the agent fsyncs and renames the file into place; *size (may be NULL) gets
+ * the bytes written, checked against what was sent. Frees w. */
+int agentc_write_end(agentc_writer_t *w, uint64_t *size, err_t *err);
+/* Give up a write (frees w); close the fd, the agent then removes the temp file. */
+void agentc_write_abort(agentc_writer_t *w);
+
+/* DELETE path (a symlink itself, not its target); a non-empty directory needs recursive.
+ * Deleting "/" is ERR_INVALID "invalid_path". */
+int agentc_delete(int fd, const struct agentc_file_req *req, err_t *err);
+/* MKDIR path (mode, parents). */
+int agentc_mkdir(int fd, const struct agentc_file_req *req, err_t *err);
+/* RENAME path to req->to (no_replace). */
+int agentc_rename(int fd, const struct agentc_file_req *req, err_t *err);

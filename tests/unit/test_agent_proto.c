@@ -301,12 +301,27 @@ static void test_background_child_does_not_hold_exec(void)
 {
     struct capture c = {0};
     struct agentc_exec_result res;
-    const char *argv[] = {"sh", "-c", "sleep 100 & echo done", NULL};
+    char script[512];
+    char pidfile[300];
+    snprintf(pidfile, sizeof(pidfile), "%s/bg.pid", tmpdir);
+    snprintf(script, sizeof(script), "sleep 100 & echo $! > %s; echo done", pidfile);
+    const char *argv[] = {"sh", "-c", script, NULL};
     double t0 = now_mono_ms();
     int rc = run_argv(argv, &c, &res);
     double ms = now_mono_ms() - t0;
     ok(rc == 0 && out_is(&c, "done\n") && res.exit.exit_code == 0 && ms < 1500,
        "a background child holding stdout delays EXIT only ~100 ms (%.0f ms)", ms);
+    /* It goes on running after the exec, as after `docker exec`; the test ends it. */
+    FILE *f = fopen(pidfile, "r");
+    int pid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    ok(pid > 0 && kill(pid, 0) == 0, "the background job outlives its exec");
+    if (pid > 0)
+        kill(pid, SIGKILL);
     capture_free(&c);
 }
 
@@ -481,11 +496,11 @@ static void test_protocol_errors(void)
     ok(rc == 0 && agentc_read_frame(fd, &r, &f, now_mono_ms() + 5000, &err) == 0 &&
            f.type == AGENT_HELLO_OK,
        "HELLO is answered with HELLO_OK");
-    agentc_send(fd, AGENT_STAT, "{}", 2, &err);
+    agentc_send(fd, AGENT_PS, "{}", 2, &err);
     ok(agentc_read_frame(fd, &r, &f, now_mono_ms() + 5000, &err) == 0 &&
            agentc_decode_error(&f, code, sizeof(code), msg, sizeof(msg), &err) == 0 &&
            strcmp(code, "unsupported") == 0,
-       "a reserved request type is answered ERROR unsupported");
+       "a reserved request type (PS) is answered ERROR unsupported");
     close(fd);
     agentc_reader_free(&r);
     agentc_reader_init(&r);
