@@ -26,13 +26,22 @@ enum route_flags {
     ROUTE_ADMIN = 1 << 1,  /* only admins */
 };
 
-/* One row of the static route table. */
+/* Streamed request bodies: begin runs once the headers are in, chunk per piece of body. */
+typedef int (*api_begin_fn)(api_req_t *r, err_t *err);
+typedef int (*api_chunk_fn)(api_req_t *r, const char *data, size_t len, err_t *err);
+
+/*
+ * One row of the static route table. A route with begin/chunk takes its body as a stream
+ * (no body limit, bounded memory) and handler runs at its end; others get r->body whole.
+ */
 struct route {
     const char *method;
     const char *pattern;
     api_handler_fn handler;
     unsigned flags;
     const char *summary;
+    api_begin_fn begin;
+    api_chunk_fn chunk;
 };
 
 extern const struct route api_routes[];
@@ -78,6 +87,9 @@ struct api_req {
     double t0;
     unsigned status;
     struct MHD_Response *resp;
+    void *ctx;                   /* a streaming route's state */
+    void (*ctx_free)(void *ctx); /* called when the request ends */
+    err_t stream_err;            /* the first failure of begin/chunk, replied at the end */
 };
 
 /* The route parameter name as a new string, or NULL if the route has none. */
@@ -112,6 +124,14 @@ typedef void (*api_stream_fn)(struct api_stream *s, void *ctx);
 
 /* Reply 200 with a body that fn produces (ctx is fn's to free). */
 int api_reply_stream(api_req_t *r, const char *type, api_stream_fn fn, void *ctx, err_t *err);
+/* Like api_reply_stream with a status and, when size >= 0, a Content-Length. */
+int api_reply_stream_sized(api_req_t *r, unsigned status, const char *type, int64_t size,
+                           api_stream_fn fn, void *ctx, err_t *err);
+/* The response being built (to add headers), or NULL. */
+static inline struct MHD_Response *api_response(api_req_t *r)
+{
+    return r->resp;
+}
 /* Write to the stream; false once the client is gone or the daemon stops. */
 bool api_stream_write(struct api_stream *s, const void *data, size_t len);
 /* Sleep up to ms; false once the client is gone or the daemon stops. */
@@ -157,3 +177,11 @@ int h_wake(api_req_t *r, err_t *err);
 int h_snapshot_create(api_req_t *r, err_t *err);
 int h_snapshot_list(api_req_t *r, err_t *err);
 int h_snapshot_delete(api_req_t *r, err_t *err);
+int h_files_get(api_req_t *r, err_t *err);
+int h_files_put_begin(api_req_t *r, err_t *err);
+int h_files_put_chunk(api_req_t *r, const char *data, size_t len, err_t *err);
+int h_files_put(api_req_t *r, err_t *err);
+int h_files_post_begin(api_req_t *r, err_t *err);
+int h_files_post_chunk(api_req_t *r, const char *data, size_t len, err_t *err);
+int h_files_post(api_req_t *r, err_t *err);
+int h_files_delete(api_req_t *r, err_t *err);

@@ -152,6 +152,8 @@ static api_req_t *req_new(api_t *api, struct MHD_Connection *conn, const char *u
 
 static void req_free(api_req_t *r)
 {
+    if (r->ctx_free)
+        r->ctx_free(r->ctx);
     if (r->resp)
         MHD_destroy_response(r->resp);
     buf_free(&r->body);
@@ -173,7 +175,8 @@ static bool declared_too_large(api_req_t *r)
 {
     const char *cl = api_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t n;
-    return cl && parse_size(cl, &n) && n > r->api->cfg.body_limit;
+    /* Streamed bodies have no limit here: they never sit in the daemon's memory. */
+    return cl && parse_size(cl, &n) && n > r->api->cfg.body_limit && !r->route->chunk;
 }
 
 /* Checks that need only the request line and headers: route, auth, declared size. */
@@ -219,6 +222,10 @@ static void run_handler(api_req_t *r)
     if (r->too_large) {
         too_large_error(r, &err);
         api_reply_error(r, &err);
+        return;
+    }
+    if (r->stream_err.kind != ERR_NONE) {
+        api_reply_error(r, &r->stream_err);
         return;
     }
     if (r->route->handler(r, &err) < 0)
@@ -273,9 +280,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         on_headers(r);
         if (r->resp)
             return queue(r);
+        if (r->route->begin && r->route->begin(r, &r->stream_err) < 0 &&
+            r->stream_err.kind == ERR_NONE)
+            err_set(&r->stream_err, ERR_INTERNAL, 0, "internal", "the upload could not start");
         return MHD_YES;
     }
     log_set_request_id(r->rid);
+    if (*upload_data_size && r->route && r->route->chunk) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->stream_err.kind == ERR_NONE) {
+            if (r->route->chunk(r, upload_data, n, &r->stream_err) < 0 &&
+                r->stream_err.kind == ERR_NONE)
+                err_set(&r->stream_err, ERR_INTERNAL, 0, "internal", "the upload failed");
+            return MHD_YES;
+        }
+        /* Refused already: drop the rest, up to a bound, then close the connection. */
+        r->drained += n;
+        return r->drained > API_MAX_DRAIN ? MHD_NO : MHD_YES;
+    }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;

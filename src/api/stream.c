@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -55,7 +56,30 @@ bool api_stream_wait(struct api_stream *s, int ms)
     return !(rc > 0 && (p.revents & (POLLERR | POLLHUP))) && !atomic_load(&s->api->stopping);
 }
 
+/* libmicrohttpd pulls a sized body from the pipe through this. */
+static ssize_t read_pipe(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    int fd = (int)(intptr_t)cls;
+    ssize_t n;
+    do
+        n = read(fd, buf, max);
+    while (n < 0 && errno == EINTR);
+    return n > 0 ? n : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void close_pipe(void *cls)
+{
+    close((int)(intptr_t)cls);
+}
+
 int api_reply_stream(api_req_t *r, const char *type, api_stream_fn fn, void *ctx, err_t *err)
+{
+    return api_reply_stream_sized(r, 200, type, -1, fn, ctx, err);
+}
+
+int api_reply_stream_sized(api_req_t *r, unsigned status, const char *type, int64_t size,
+                           api_stream_fn fn, void *ctx, err_t *err)
 {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) < 0)
@@ -79,13 +103,17 @@ int api_reply_stream(api_req_t *r, const char *type, api_stream_fn fn, void *ctx
         return err_sys(err, "start a stream");
     }
     pthread_attr_destroy(&attr);
-    struct MHD_Response *resp = MHD_create_response_from_pipe(fds[0]);
+    /* A known size goes out as Content-Length; a body that ends short fails the transfer. */
+    struct MHD_Response *resp =
+        size >= 0 ? MHD_create_response_from_callback((uint64_t)size, 64 * 1024, read_pipe,
+                                                      (void *)(intptr_t)fds[0], close_pipe)
+                  : MHD_create_response_from_pipe(fds[0]);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     if (r->resp)
         MHD_destroy_response(r->resp);
     r->resp = resp;
-    r->status = 200;
+    r->status = status;
     return 0;
 }

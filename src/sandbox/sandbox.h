@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "agentc/agent_client.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "image/image.h"
@@ -150,6 +151,31 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
 int sbx_snapshot_list(sbx_mgr_t *m, const user_t *owner, json_t **out, err_t *err);
 /* Delete the owner's snapshot name with its files. */
 int sbx_snapshot_delete(sbx_mgr_t *m, const user_t *owner, const char *name, err_t *err);
+
+/* ---- files, through the sandbox's agent (agentc_file_req says path, user, options) ---- */
+
+/* A connection to a sandbox's agent for one file operation. */
+typedef struct sbx_files sbx_files_t;
+/* Stat path: {name, path, type, is_dir, size, mode, mtime, ...}. */
+int sbx_file_stat(sbx_mgr_t *m, const user_t *owner, const char *key,
+                  const struct agentc_file_req *req, json_t **out, err_t *err);
+/* List the directory path: {entries: [...], truncated}. */
+int sbx_file_list(sbx_mgr_t *m, const user_t *owner, const char *key,
+                  const struct agentc_file_req *req, json_t **out, err_t *err);
+/* Stream the file path (range in req) to the callbacks. */
+int sbx_file_read(sbx_mgr_t *m, const user_t *owner, const char *key,
+                  const struct agentc_file_req *req, agentc_info_fn on_info, agentc_data_fn on_data,
+                  void *ctx, err_t *err);
+/* Start an atomic write of path; then chunks, then end (or close to abandon it). */
+sbx_files_t *sbx_file_write_begin(sbx_mgr_t *m, const user_t *owner, const char *key,
+                                  const struct agentc_file_req *req, err_t *err);
+int sbx_file_write_chunk(sbx_files_t *f, const void *p, size_t n, err_t *err);
+int sbx_file_write_end(sbx_files_t *f, uint64_t *size, err_t *err);
+/* Release the connection (abandoning an unfinished write). */
+void sbx_files_close(sbx_files_t *f);
+/* Delete path (recursive in req). */
+int sbx_file_delete(sbx_mgr_t *m, const user_t *owner, const char *key,
+                    const struct agentc_file_req *req, err_t *err);
 
 /* True if a non-terminated sandbox uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);

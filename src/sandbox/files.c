@@ -1,0 +1,140 @@
+/*
+ * The files API: every operation runs inside the sandbox, through its agent, as the
+ * sandbox's user (DESIGN invariant 1: no host path resolution). A connection holds the
+ * sandbox's lock for reading, as an exec does, so lifecycle changes wait for it.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "sandbox_internal.h"
+
+struct sbx_files {
+    sbx_mgr_t *m;
+    struct sbx_live *l;
+    int fd;
+    agentc_writer_t writer;
+    bool writing;
+};
+
+/* Wake if needed, check it runs, take its lock and connect to its agent. */
+static sbx_files_t *files_open(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err)
+{
+    if (sbx_exec_check(m, owner, key, err) < 0)
+        return NULL;
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return NULL;
+    struct sbx_live *l = sbx_live_get(m, r.id, false);
+    store_sandbox_rec_clear(&r);
+    if (!l) {
+        err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is not running");
+        return NULL;
+    }
+    pthread_rwlock_rdlock(&l->lock);
+    _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
+    int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
+    if (fd < 0) {
+        pthread_rwlock_unlock(&l->lock);
+        sbx_live_put(m, l);
+        return NULL;
+    }
+    sbx_files_t *f = xcalloc(1, sizeof(*f));
+    *f = (sbx_files_t){m, l, fd, {0}, false};
+    return f;
+}
+
+void sbx_files_close(sbx_files_t *f)
+{
+    if (!f)
+        return;
+    if (f->writing)
+        agentc_write_abort(&f->writer);
+    close(f->fd);
+    pthread_rwlock_unlock(&f->l->lock);
+    store_sandbox_touch(f->m->store, f->l->id);
+    sbx_live_put(f->m, f->l);
+    free(f);
+}
+
+int sbx_file_stat(sbx_mgr_t *m, const user_t *owner, const char *key,
+                  const struct agentc_file_req *req, json_t **out, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    struct agentc_file_info info = {0};
+    int rc = agentc_stat(f->fd, req, &info, err);
+    if (rc == 0)
+        *out = json_incref(info.json);
+    agentc_file_info_free(&info);
+    sbx_files_close(f);
+    return rc;
+}
+
+int sbx_file_list(sbx_mgr_t *m, const user_t *owner, const char *key,
+                  const struct agentc_file_req *req, json_t **out, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    bool truncated = false;
+    json_t *entries = agentc_list(f->fd, req, &truncated, err);
+    sbx_files_close(f);
+    if (!entries)
+        return -1;
+    *out = json_pack("{s:o, s:b}", "entries", entries, "truncated", truncated);
+    return 0;
+}
+
+int sbx_file_read(sbx_mgr_t *m, const user_t *owner, const char *key,
+                  const struct agentc_file_req *req, agentc_info_fn on_info, agentc_data_fn on_data,
+                  void *ctx, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_read(f->fd, req, on_info, on_data, ctx, err);
+    sbx_files_close(f);
+    return rc;
+}
+
+sbx_files_t *sbx_file_write_begin(sbx_mgr_t *m, const user_t *owner, const char *key,
+                                  const struct agentc_file_req *req, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return NULL;
+    if (agentc_write_begin(f->fd, req, &f->writer, err) < 0) {
+        sbx_files_close(f);
+        return NULL;
+    }
+    f->writing = true;
+    return f;
+}
+
+int sbx_file_write_chunk(sbx_files_t *f, const void *p, size_t n, err_t *err)
+{
+    return agentc_write_chunk(&f->writer, p, n, err);
+}
+
+int sbx_file_write_end(sbx_files_t *f, uint64_t *size, err_t *err)
+{
+    f->writing = false;
+    return agentc_write_end(&f->writer, size, err);
+}
+
+int sbx_file_delete(sbx_mgr_t *m, const user_t *owner, const char *key,
+                    const struct agentc_file_req *req, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_delete(f->fd, req, err);
+    sbx_files_close(f);
+    return rc;
+}
