@@ -24,6 +24,7 @@
 #include "common/util.h"
 #include "config.h"
 #include "image/image.h"
+#include "net/net.h"
 #include "runtime/runtime.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
@@ -49,6 +50,10 @@ struct serve_opts {
     const char *agent;
     const char *runtime;
     const char *storage_driver;
+    const char *subnet;
+    const char *bridge;
+    const char *nft_table;
+    const char *default_network;
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT };
@@ -106,6 +111,15 @@ static const struct opt_def {
     {"storage-driver", "SANDBOXER_STORAGE_DRIVER", "auto", OPT_STR,
      offsetof(struct serve_opts, storage_driver),
      "auto (btrfs when the state dir is on btrfs), overlay or btrfs"},
+    {"subnet", "SANDBOXER_SUBNET", "10.88.0.0/16", OPT_STR, offsetof(struct serve_opts, subnet),
+     "the sandboxes' IPv4 subnet (the bridge takes its first address)"},
+    {"bridge", "SANDBOXER_BRIDGE", "sbx0", OPT_STR, offsetof(struct serve_opts, bridge),
+     "the bridge device sandboxes are attached to"},
+    {"nft-table", "SANDBOXER_NFT_TABLE", "sandboxer", OPT_STR,
+     offsetof(struct serve_opts, nft_table), "the nftables table (family inet) of the rules"},
+    {"default-network", "SANDBOXER_DEFAULT_NETWORK", "none", OPT_STR,
+     offsetof(struct serve_opts, default_network),
+     "egress of a sandbox that does not ask: none (no traffic out) or open (NAT)"},
 };
 
 static void usage(FILE *f)
@@ -266,6 +280,7 @@ struct daemon {
     store_t *store;
     image_store_t *images;
     sbx_mgr_t *sbx;
+    net_t *net;
     api_t *api;
     char self[4096];
     char *agent;
@@ -277,6 +292,7 @@ static void daemon_close(struct daemon *d, bool free_shared)
 {
     if (free_shared) {
         sbx_close(d->sbx);
+        net_close(d->net);
         image_store_close(d->images);
         store_close(d->store);
     }
@@ -310,12 +326,20 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
     double cpus = atof(o->default_cpus);
     if (cpus < 0.01 || cpus > 256)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-cpus: 0.01 to 256");
+    if (strcmp(o->default_network, "none") != 0 && strcmp(o->default_network, "open") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-network: none or open");
+    _cleanup_free_ char *netns_dir = xasprintf("%s/netns", o->state_dir);
+    struct net_config nc = {o->subnet, o->bridge, netns_dir, o->nft_table};
+    if (!(d->net = net_open(&nc, err)))
+        return -1;
     struct sbx_config sc = {
         .state_dir = o->state_dir,
         .agent_bin = d->agent,
         .self_exe = d->self,
         .runtime = o->runtime,
         .storage_driver = o->storage_driver,
+        .net = d->net,
+        .default_network = o->default_network,
         .default_cpus = cpus,
         .default_memory = o->default_memory,
         .default_pids = (int64_t)o->default_pids,

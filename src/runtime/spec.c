@@ -9,11 +9,16 @@
 #include "common/util.h"
 #include "runtime.h"
 
-/* Capabilities the agent (root in the sandbox) keeps: enough to run ordinary software. */
+/*
+ * Capabilities the agent (root in the sandbox) keeps: enough to run ordinary software.
+ * NET_RAW is there for ping; the bridge port of each sandbox is locked to its own MAC and
+ * address, so raw sockets cannot forge another sandbox's traffic.
+ */
 static const char *const caps[] = {
     "CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FOWNER",           "CAP_FSETID",
     "CAP_KILL",    "CAP_SETGID",       "CAP_SETUID",           "CAP_SETPCAP",
     "CAP_SETFCAP", "CAP_SYS_CHROOT",   "CAP_NET_BIND_SERVICE", "CAP_AUDIT_WRITE",
+    "CAP_NET_RAW",
 };
 
 static const char *const masked_paths[] = {
@@ -178,6 +183,9 @@ static json_t *mounts(const struct spec_opts *o)
     _cleanup_free_ char *hosts = xasprintf("%s/hosts", o->etc_dir);
     json_array_append_new(m, bind("/etc/hostname", hostname, true));
     json_array_append_new(m, bind("/etc/hosts", hosts, true));
+    _cleanup_free_ char *resolv = xasprintf("%s/resolv.conf", o->etc_dir);
+    if (access(resolv, F_OK) == 0)
+        json_array_append_new(m, bind("/etc/resolv.conf", resolv, true));
     return m;
 }
 

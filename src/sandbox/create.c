@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "runtime/runtime.h"
 #include "sandbox_internal.h"
+#include "net/net.h"
 #include "storage/storage.h"
 
 #define START_TIMEOUT_MS 20000
@@ -107,11 +108,12 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                   (json_int_t)(q->pids > 0 ? q->pids : m->cfg.default_pids), "disk");
     const char *user = json_string_value(json_object_get(img->config, "User"));
     const char *cwd = json_string_value(json_object_get(img->config, "WorkingDir"));
-    json_t *spec = json_pack("{s:o, s:O, s:O, s:s, s:s?, s:s, s:s, s:O?, s:I}", "resources", res,
-                             "env", env, "args", argv, "image_digest", img->digest, "user",
-                             user && *user ? user : NULL, "cwd", cwd && *cwd ? cwd : "/", "network",
-                             q->network ? q->network : "none", "ports", q->ports, "idle_timeout",
-                             (json_int_t)(q->idle_timeout >= 0 ? q->idle_timeout : 0));
+    json_t *spec =
+        json_pack("{s:o, s:O, s:O, s:s, s:s?, s:s, s:s, s:O?, s:I}", "resources", res, "env", env,
+                  "args", argv, "image_digest", img->digest, "user", user && *user ? user : NULL,
+                  "cwd", cwd && *cwd ? cwd : "/", "network",
+                  q->network ? q->network : m->cfg.default_network, "ports", q->ports,
+                  "idle_timeout", (json_int_t)(q->idle_timeout >= 0 ? q->idle_timeout : 0));
     /* The agent version it binds: forks and restores keep binding the same file. */
     json_object_set_new(spec, "agent_dir", json_string(m->agent_dir));
     /* The lower dirs it mounts: image GC keeps them while the sandbox exists. */
@@ -137,8 +139,21 @@ int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *e
     return storage_mount_overlay(dirs, n, p->upper, p->work, p->rootfs, err);
 }
 
+int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
+                  err_t *err)
+{
+    const char *egress = json_string_value(json_object_get(r->spec, "network"));
+    struct net_sandbox ns;
+    if (net_sandbox_setup(m->cfg.net, r->id, r->owner_id, egress ? egress : "none",
+                          ip && *ip ? ip : NULL, &ns, err) < 0 ||
+        net_write_etc(p->etc, r->hostname, &ns, err) < 0)
+        return -1;
+    return store_sandbox_set_ip(m->store, r->id, ns.ip, err);
+}
+
 int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
 {
+    _cleanup_free_ char *netns = xasprintf("%s/netns/%s", m->cfg.state_dir, r->id);
     json_t *res = json_object_get(r->spec, "resources");
     struct spec_opts so = {
         .id = r->id,
@@ -149,6 +164,7 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
         .criu_conf = m->criu_conf,
         .sock_dir = p->sock,
         .etc_dir = p->etc,
+        .netns_path = netns,
         .env = json_object_get(r->spec, "env"),
         .args = json_object_get(r->spec, "args"),
         .cwd = json_string_value(json_object_get(r->spec, "cwd")),
@@ -170,7 +186,7 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
 static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
                            const struct sbx_paths *p, err_t *err)
 {
-    if (sbx_make_dirs(p, r->hostname, err) < 0 ||
+    if (sbx_make_dirs(p, r->hostname, err) < 0 || sbx_net_setup(m, r, p, NULL, err) < 0 ||
         storage_layer_create(m->driver, p->layer, err) < 0 || sbx_mount_rootfs(r, p, err) < 0 ||
         sbx_write_bundle(m, r, p, err) < 0)
         return -1;

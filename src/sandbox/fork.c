@@ -179,6 +179,8 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
         rc = store_sandbox_insert(m->store, &child, err);
         if (rc == 0)
             rc = sbx_make_dirs(&cp, child.hostname, err);
+        if (rc == 0) /* its own namespace and address; a listener on 0.0.0.0 serves there too */
+            rc = sbx_net_setup(m, &child, &cp, NULL, err);
         if (rc == 0 && ckpt && !mkdir_p(ckpt, 0700))
             rc = err_sys(err, "create %s", ckpt);
     }
@@ -311,6 +313,8 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
     int rc = store_sandbox_insert(m->store, &r, err);
     if (rc == 0)
         rc = sbx_make_dirs(&p, r.hostname, err);
+    if (rc == 0)
+        rc = sbx_net_setup(m, &r, &p, NULL, err);
     if (rc == 0)
         rc = storage_layer_clone(m->driver, layer, p.layer, err);
     if (rc == 0)

@@ -148,6 +148,8 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, e
         struct sbx_paths p;
         sbx_paths_init(m, r.id, &p);
         rc = store_sandbox_set_status(m->store, r.id, "hibernated", "wake", false, 0, err);
+        if (rc == 0) /* after a host reboot its namespace must be made again */
+            rc = sbx_net_setup(m, &r, &p, r.ip_address, err);
         if (rc == 0)
             rc = sbx_mount_rootfs(&r, &p, err);
         if (rc == 0)

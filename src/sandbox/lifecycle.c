@@ -16,6 +16,7 @@
 #include "common/util.h"
 #include "runtime/runtime.h"
 #include "sandbox_internal.h"
+#include "net/net.h"
 #include "storage/storage.h"
 
 int sbx_lookup(sbx_mgr_t *m, const user_t *owner, const char *key, sandbox_rec_t *rec, err_t *err)
@@ -122,6 +123,8 @@ int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
     sbx_paths_init(m, id, &p);
     if (rc == 0)
         rc = storage_umount(p.rootfs, err);
+    if (rc == 0 && remove_dirs)
+        rc = net_sandbox_teardown(m->cfg.net, id, err);
     if (rc == 0 && remove_dirs)
         rc = storage_remove_tree(p.dir, err);
     sbx_paths_free(&p);
@@ -308,6 +311,29 @@ static void remove_orphan_snapshots(sbx_mgr_t *m)
         closedir(d);
 }
 
+/* Addresses of the sandboxes that remain are theirs; every other network piece goes. */
+static int reconcile_network(sbx_mgr_t *m, err_t *err)
+{
+    sandbox_rec_t *items = NULL;
+    size_t n = 0;
+    if (store_sandbox_list_live(m->store, &items, &n, err) < 0)
+        return -1;
+    const char **ids = xcalloc(n + 1, sizeof(*ids));
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = items[i].id;
+        err_t e = {0};
+        if (items[i].ip_address[0] &&
+            net_reserve(m->cfg.net, items[i].id, items[i].ip_address, &e) < 0)
+            log_warn("reconcile.address", "sandbox=%s msg=\"%s\"", items[i].id, e.msg);
+    }
+    int removed = net_reconcile(m->cfg.net, ids, n, err);
+    if (removed > 0)
+        log_info("reconcile.network", "removed=%d", removed);
+    free(ids);
+    store_sandbox_list_free(items, n);
+    return removed < 0 ? -1 : 0;
+}
+
 int sbx_reconcile(sbx_mgr_t *m, err_t *err)
 {
     sandbox_rec_t *items = NULL;
@@ -318,7 +344,7 @@ int sbx_reconcile(sbx_mgr_t *m, err_t *err)
         reconcile_one(m, &items[i]);
     store_sandbox_list_free(items, n);
     remove_orphan_snapshots(m);
-    return 0;
+    return reconcile_network(m, err);
 }
 
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref)

@@ -125,10 +125,9 @@ int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)
         (q->args && sbx_check_argv(q->args, "args", false, err) < 0) ||
         (q->ports && check_ports(q->ports, err) < 0) || check_resources(q, err) < 0)
         return -1;
-    if (q->network && strcmp(q->network, "none") != 0)
-        return err_set(err, ERR_INVALID, 0, "unsupported",
-                       "network '%s' is not available on this daemon yet (use \"none\")",
-                       q->network);
+    if (q->network && strcmp(q->network, "none") != 0 && strcmp(q->network, "open") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "field 'network' must be \"none\" or \"open\"");
     if (q->runtime && strcmp(q->runtime, "runc") != 0)
         return err_set(err, ERR_INVALID, 0, "unsupported",
                        "runtime '%s' is not available on this daemon (use \"runc\")", q->runtime);

@@ -21,6 +21,8 @@ struct sbx_config {
     const char *self_exe;       /* the sandboxer binary (for the shim) */
     const char *runtime;        /* "runc" */
     const char *storage_driver; /* "auto", "overlay" or "btrfs" */
+    struct net *net;            /* the network layer (bridge, netns, rules) */
+    const char *default_network; /* egress of a sandbox that does not ask: "none"|"open" */
     double default_cpus;
     uint64_t default_memory;
     int64_t default_pids;

@@ -51,6 +51,8 @@ int store_sandbox_set_status(store_t *s, const char *id, const char *status, con
 int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, err_t *err);
 /* Update label and/or is_public (NULL label / public < 0 leave them). */
 int store_sandbox_update(store_t *s, const char *id, const char *label, int is_public, err_t *err);
+/* Record the sandbox's address (NULL clears it). */
+int store_sandbox_set_ip(store_t *s, const char *id, const char *ip, err_t *err);
 /* Set last_active_at to now. */
 void store_sandbox_touch(store_t *s, const char *id);
 /* The ids of the children of id as a JSON array (new reference). */

@@ -8,20 +8,33 @@
 #include "store_internal.h"
 #include "store_sandboxes.h"
 
-int store_sandbox_set_parent(store_t *s, const char *id, const char *parent_id, err_t *err)
+/* UPDATE sandboxes SET <column> = value (NULL when value is) WHERE id. */
+static int set_text_column(store_t *s, const char *sql, const char *id, const char *value,
+                           err_t *err)
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
-    if (store_prepare(s, "UPDATE sandboxes SET parent_id = ?2 WHERE id = ?1", &st, err) < 0)
+    if (store_prepare(s, sql, &st, err) < 0)
         return -1;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    if (parent_id)
-        sqlite3_bind_text(st, 2, parent_id, -1, SQLITE_TRANSIENT);
+    if (value)
+        sqlite3_bind_text(st, 2, value, -1, SQLITE_TRANSIENT);
     else
         sqlite3_bind_null(st, 2);
     if (sqlite3_step(st) != SQLITE_DONE)
-        return store_fail(s, "set parent", err);
+        return store_fail(s, "update sandbox", err);
     return 0;
+}
+
+int store_sandbox_set_ip(store_t *s, const char *id, const char *ip, err_t *err)
+{
+    return set_text_column(s, "UPDATE sandboxes SET ip_address = ?2 WHERE id = ?1", id, ip, err);
+}
+
+int store_sandbox_set_parent(store_t *s, const char *id, const char *parent_id, err_t *err)
+{
+    return set_text_column(s, "UPDATE sandboxes SET parent_id = ?2 WHERE id = ?1", id, parent_id,
+                           err);
 }
 
 int store_sandbox_subtree(store_t *s, const char *root_id, sandbox_rec_t **out, size_t *n,
@@ -74,9 +87,8 @@ int store_sandbox_mark_coalesce(store_t *s, const char *final_id, const char *co
             rc = store_fail(s, "mark for coalesce", err);
     }
     sqlite3_stmt *up _cleanup_stmt_ = NULL;
-    if (rc == 0 &&
-        (rc = store_prepare(s, "UPDATE sandboxes SET parent_id = NULL WHERE id = ?", &up,
-                            err)) == 0) {
+    if (rc == 0 && (rc = store_prepare(s, "UPDATE sandboxes SET parent_id = NULL WHERE id = ?", &up,
+                                       err)) == 0) {
         sqlite3_bind_text(up, 1, final_id, -1, SQLITE_TRANSIENT);
         if (sqlite3_step(up) != SQLITE_DONE)
             rc = store_fail(s, "make final a root", err);
@@ -149,8 +161,8 @@ int store_snapshot_get(store_t *s, int64_t owner_id, const char *name, snapshot_
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
-    if (store_prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE owner_id = ? AND name = ?",
-                      &st, err) < 0)
+    if (store_prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE owner_id = ? AND name = ?", &st,
+                      err) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, owner_id);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
@@ -163,8 +175,7 @@ int store_snapshot_get(store_t *s, int64_t owner_id, const char *name, snapshot_
     return 0;
 }
 
-int store_snapshot_list(store_t *s, int64_t owner_id, snapshot_rec_t **out, size_t *n,
-                        err_t *err)
+int store_snapshot_list(store_t *s, int64_t owner_id, snapshot_rec_t **out, size_t *n, err_t *err)
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
@@ -223,9 +234,8 @@ int store_snapshot_layers(store_t *s, json_t *set, err_t *err)
         json_t *spec = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
         json_t *dir;
         size_t i;
-        json_array_foreach(json_object_get(spec, "layers"), i, dir)
-            if (json_is_string(dir))
-                json_object_set_new(set, json_string_value(dir), json_true());
+        json_array_foreach(json_object_get(spec, "layers"), i, dir) if (json_is_string(dir))
+            json_object_set_new(set, json_string_value(dir), json_true());
         json_decref(spec);
     }
     return 0;

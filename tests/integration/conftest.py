@@ -1,5 +1,6 @@
 """Fixtures that run the real daemon on a temporary state dir and a free port."""
 import glob
+import itertools
 import os
 import re
 import signal
@@ -23,12 +24,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+_daemons = itertools.count()
+
+
 class Daemon:
-    """One `sandboxer serve` process; start/stop can be repeated on the same state dir."""
+    """One `sandboxer serve` process; start/stop can be repeated on the same state dir.
+    Each gets its own bridge, nftables table and subnet, removed again by kill()."""
 
     def __init__(self, workdir, extra_args=(), env=None):
         self.workdir = workdir
         self.env = env
+        n = next(_daemons)
+        self.bridge = f"sbt{os.getpid() % 10000}x{n}"
+        self.table = f"sbxtest_{os.getpid()}_{n}"
+        self.subnet = f"10.{150 + n % 50}.0.0/16"
         self.state_dir = os.path.join(workdir, "state")
         self.socket = os.path.join(workdir, "api.sock")
         self.extra_args = list(extra_args)
@@ -49,7 +58,8 @@ class Daemon:
         self.stdout_path = os.path.join(self.workdir, f"stdout.{self.starts}")
         self.stderr_path = os.path.join(self.workdir, f"stderr.{self.starts}")
         args = [BIN, "serve", "--listen", f"127.0.0.1:{self.port}", "--socket", self.socket,
-                "--state-dir", self.state_dir] + self.extra_args
+                "--state-dir", self.state_dir, "--bridge", self.bridge, "--nft-table",
+                self.table, "--subnet", self.subnet] + self.extra_args
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             env = dict(os.environ, **(self.env or {}))
             self.proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
@@ -93,6 +103,9 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
         cleanup_state(self.state_dir)
+        subprocess.run(["nft", "delete", "table", "inet", self.table], capture_output=True,
+                       timeout=30)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
         self.check_sanitizers()
 
     def check_sanitizers(self):

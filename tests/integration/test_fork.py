@@ -271,8 +271,10 @@ def runc_ids(d):
 
 
 def state_mounts(d):
+    netns_dir = os.path.join(d.state_dir, "netns")
     with open("/proc/mounts") as f:
-        return [l.split()[1] for l in f if d.state_dir in l.split()[1]]
+        return [l.split()[1] for l in f
+                if d.state_dir in l.split()[1] and l.split()[1] != netns_dir]
 
 
 @pytest.mark.parametrize("point,op", [
