@@ -149,7 +149,8 @@ static json_t *clone_json(sbx_mgr_t *m, const char *id, bool memory)
 
 static char *ckpt_tmp_dir(const char *id)
 {
-    return xasprintf("/run/sandboxer/checkpoints/%s", id);
+    /* /dev/shm is a tmpfs everywhere (/run is not on every host): memory, not disk. */
+    return xasprintf("/dev/shm/sandboxer-checkpoints/%s", id);
 }
 
 int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *label,

@@ -1,0 +1,503 @@
+"""What the benchmarks share: the command line, the daemon under test (Sandboxer), podman,
+timing and percentiles, the machine's facts, and one discipline for signals, time limits and
+cleanup (Session). Standard library and python3-httpx only; imported by bench_*.py, which
+bench/run starts with /usr/bin/python3 as root."""
+import argparse
+import glob
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import registry  # noqa: E402,F401  (tests/integration/registry.py, re-exported)
+
+TOKEN_RE = re.compile(r"\bsbx_[0-9a-f]{64}\b")
+PODMAN_OPTS = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit",
+               "nproc=4096:4096", "--network", "none"]
+OP_TIMEOUT = 60  # one request or one command
+# The fork benchmark checkpoints here (src/sandbox/fork.c), outside the daemon's state dir.
+CKPT_TMP = "/run/sandboxer/checkpoints"
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+class PhaseTimeout(Exception):
+    pass
+
+
+class TotalTimeout(PhaseTimeout):
+    """The whole run's time limit (SIGALRM): everything stops and cleans up."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM, turned into an exception so that the finally blocks clean up."""
+
+
+# ---------------------------------------------------------------- command line
+
+# Each script's own options. bench/run passes one command line to every script, so each
+# script also accepts the others' options (hidden, ignored) and a typo still fails.
+SCRIPT_ARGS = {
+    "exec_create": [
+        ("--n-exec", dict(type=int, default=500, help="Sandboxer exec samples")),
+        ("--n-exec-runc", dict(type=int, default=200)),
+        ("--n-exec-podman", dict(type=int, default=100)),
+        ("--n-create", dict(type=int, default=30, help="Sandboxer create samples")),
+        ("--n-create-runc", dict(type=int, default=30)),
+        ("--n-create-podman", dict(type=int, default=20)),
+        ("--warmup", dict(type=int, default=20, help="untimed execs before each series")),
+    ],
+    "fork": [
+        ("--sizes", dict(default="50,200", help="MB of touched memory the server holds, "
+                         "comma-separated (default 50,200)")),
+        ("--n-fork", dict(type=int, default=10, help="Sandboxer fork samples per size")),
+        ("--n-hibernate", dict(type=int, default=10,
+                               help="Sandboxer hibernate/wake cycles per size")),
+        ("--n-snapshot", dict(type=int, default=10,
+                              help="Sandboxer creates from a snapshot per size")),
+        ("--n-podman", dict(type=int, default=5,
+                            help="podman checkpoint/restore samples per size and kind")),
+        ("--fork-warmup", dict(type=int, default=1,
+                               help="untimed operations before each series")),
+        ("--keep-criu-logs", dict(metavar="DIR", help="copy CRIU's dump.log/restore.log "
+                                  "of every Sandboxer operation into DIR")),
+    ],
+}
+
+
+def parser(script, doc):
+    """The argument parser of bench_<script>.py: the shared options, its own, and the
+    other scripts' as hidden no-ops."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--bin", default=os.environ.get(
+        "SANDBOXER_BIN", os.path.join(ROOT, "build", "sandboxer")), help="sandboxer binary")
+    ap.add_argument("--phase-timeout", type=int, default=300,
+                    help="seconds per phase; a phase past it stops with the samples it has")
+    ap.add_argument("--total-timeout", type=int, default=1800,
+                    help="seconds for the whole run (setup included) before it gives up")
+    ap.add_argument("--no-podman", action="store_true", help="skip the podman rows")
+    ap.add_argument("--log-level", default="info", help="the daemon's --log-level")
+    ap.add_argument("--keep-log", metavar="PATH", help="copy the daemon's log to PATH")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    for name, specs in SCRIPT_ARGS.items():
+        for flag, kw in specs:
+            if name == script:
+                ap.add_argument(flag, **kw)
+            else:
+                hidden = {k: v for k, v in kw.items() if k in ("type", "metavar")}
+                ap.add_argument(flag, dest=f"_other_{flag[2:]}", help=argparse.SUPPRESS,
+                                **hidden)
+    return ap
+
+
+def check_prerequisites(args):
+    if os.geteuid() != 0:
+        sys.exit("bench: run as root (runc, podman and the daemon need it)")
+    if not os.access(args.bin, os.X_OK):
+        sys.exit(f"bench: {args.bin} is not built (make build)")
+    if not args.no_podman and not shutil.which("podman"):
+        sys.exit("bench: podman is not installed (bench/run installs it; or --no-podman)")
+
+
+# ---------------------------------------------------------------- timing
+
+def percentile(sorted_ms, p):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_ms:
+        return float("nan")
+    k = (len(sorted_ms) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_ms) - 1)
+    return sorted_ms[lo] + (sorted_ms[hi] - sorted_ms[lo]) * (k - lo)
+
+
+def run(argv, timeout=OP_TIMEOUT, check=True, **kw):
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    kw.setdefault("capture_output", True)
+    r = subprocess.run(argv, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        err = r.stderr.decode(errors="replace") if isinstance(r.stderr, bytes) else r.stderr
+        raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {(err or '').strip()}")
+    return r
+
+
+def timed_run(argv, timeout=OP_TIMEOUT):
+    """run(argv) and its wall time in ms."""
+    t0 = time.perf_counter_ns()
+    r = run(argv, timeout=timeout)
+    return (time.perf_counter_ns() - t0) / 1e6, r
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed_loop(name, n, warmup, budget, op):
+    """Run op() warmup times untimed, then n times timed; returns the samples in ms. Stops
+    early (and says so) when the phase runs past budget seconds."""
+    deadline = time.monotonic() + budget
+    for _ in range(warmup):
+        if time.monotonic() > deadline:
+            raise PhaseTimeout(f"{name}: warmup did not finish in {budget} s")
+        op()
+    samples = []
+    for _ in range(n):
+        if time.monotonic() > deadline:
+            log(f"{name}: phase budget of {budget} s spent after {len(samples)} of {n} samples")
+            break
+        samples.append(op())
+    return samples
+
+
+# ---------------------------------------------------------------- Sandboxer
+
+class Sandboxer:
+    """The daemon under test, on a free loopback port with its own state dir under workdir,
+    and the sandboxes and snapshots made through it."""
+
+    def __init__(self, binary, workdir, registry_url, log_level):
+        self.binary = binary
+        self.workdir = workdir
+        self.state_dir = os.path.join(workdir, "state")
+        self.registry_url = registry_url
+        self.log_level = log_level
+        self.proc = None
+        self.http = None
+        self.http_nd = None
+        self.ids = set()
+        self.snapshots = set()
+        self.stdout_path = os.path.join(workdir, "daemon.stdout")
+        self.stderr_path = os.path.join(workdir, "daemon.log")
+
+    def start(self, timeout=30):
+        os.makedirs(self.workdir, exist_ok=True)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        args = [self.binary, "serve", "--listen", f"127.0.0.1:{port}", "--socket", "none",
+                "--state-dir", self.state_dir, "--registry-mirror", self.registry_url,
+                "--log-level", self.log_level]
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            # its own session: a Ctrl-C reaches only this script, which then deletes the
+            # sandboxes through the daemon before stopping it
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.tail()}")
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("daemon did not become healthy: " + self.tail())
+            time.sleep(0.05)
+        with open(self.stdout_path, errors="replace") as f:
+            m = TOKEN_RE.search(f.read())
+        if not m:
+            raise RuntimeError("the daemon's first start printed no admin token")
+        headers = {"Authorization": f"Bearer {m.group(0)}"}
+        # as the brief has it: httpx as it comes (no TCP_NODELAY in httpx 0.23)
+        self.http = httpx.Client(base_url=url, timeout=OP_TIMEOUT, headers=headers)
+        # the same with TCP_NODELAY on its socket, as curl, Go and urllib3 do by default
+        self.http_nd = httpx.Client(base_url=url, timeout=OP_TIMEOUT, headers=headers,
+                                    event_hooks={"response": [set_nodelay]})
+
+    def tail(self, n=3000):
+        try:
+            with open(self.stderr_path, errors="replace") as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    def request(self, method, path, expect=(200,), timeout=OP_TIMEOUT, client=None, **kw):
+        """One API call; RuntimeError unless its status is in expect. Returns the response."""
+        r = (client or self.http_nd).request(method, path, timeout=timeout, **kw)
+        if r.status_code not in expect:
+            raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:1000]}")
+        return r
+
+    def create(self, client=None, body=None, timeout=300):
+        """POST /sandboxes (busybox unless body says otherwise); returns the new id."""
+        r = self.request("POST", "/sandboxes", expect=(201,), timeout=timeout, client=client,
+                         json=body or {"image": "busybox"})
+        sid = r.json()["id"]
+        self.ids.add(sid)
+        return sid
+
+    def delete(self, sid):
+        self.request("DELETE", f"/sandboxes/{sid}", expect=(200, 404))
+        self.ids.discard(sid)
+
+    def create_op(self, client):
+        def op():
+            t0 = time.perf_counter_ns()
+            sid = self.create(client)
+            dt = (time.perf_counter_ns() - t0) / 1e6
+            self.delete(sid)
+            return dt
+        return op
+
+    def exec_op(self, sid, client):
+        def op():
+            t0 = time.perf_counter_ns()
+            r = client.post(f"/sandboxes/{sid}/execute", json={"code": "echo hi"})
+            dt = (time.perf_counter_ns() - t0) / 1e6
+            if r.status_code != 200 or r.json().get("stdout") != "hi\n":
+                raise RuntimeError(f"execute: {r.status_code} {r.text[:500]}")
+            return dt
+        return op
+
+    def exec_argv_op(self, sid, client):
+        def op():
+            t0 = time.perf_counter_ns()
+            r = client.post(f"/sandboxes/{sid}/exec", json={"argv": ["echo", "hi"]})
+            dt = (time.perf_counter_ns() - t0) / 1e6
+            if r.status_code != 200 or r.json().get("stdout") != "hi\n":
+                raise RuntimeError(f"exec: {r.status_code} {r.text[:500]}")
+            return dt
+        return op
+
+    def cleanup(self):
+        if self.http is not None and self.proc is not None and self.proc.poll() is None:
+            # what it lists too: a child whose fork response was cut off is not in self.ids
+            listed = set()
+            try:
+                listed = {s["id"] for s in self.request("GET", "/sandboxes").json()["sandboxes"]
+                          if s.get("status") != "terminated"}
+                self.snapshots |= {s["name"] for s in
+                                   self.request("GET", "/snapshots").json()["snapshots"]}
+            except Exception as e:
+                log(f"cleanup: listing: {e}")
+            for sid in self.ids | listed:
+                try:
+                    self.delete(sid)
+                except Exception as e:  # keep going: the state sweep below catches it
+                    log(f"cleanup: delete {sid}: {e}")
+            for name in list(self.snapshots):
+                try:
+                    self.request("DELETE", f"/snapshots/{name}", expect=(200, 404))
+                    self.snapshots.discard(name)
+                except Exception as e:  # the state dir goes with the workdir anyway
+                    log(f"cleanup: delete snapshot {name}: {e}")
+        if self.http is not None:
+            self.http.close()
+            self.http_nd.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        sweep_state(self.state_dir)
+
+
+def set_nodelay(response):
+    """httpx response hook: TCP_NODELAY on the (kept-alive) connection's socket."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def pids_mentioning(path):
+    """Processes whose command line names something under path (the daemon's shims)."""
+    found = []
+    needle = (path.rstrip("/") + "/").encode()
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(d + "/cmdline", "rb") as f:
+                if needle in f.read():
+                    found.append(int(os.path.basename(d)))
+        except OSError:
+            pass
+    return [p for p in found if p != os.getpid()]
+
+
+def sweep_state(state_dir):
+    """Whatever a daemon on state_dir left behind: containers, shims, cgroups, and the
+    fork checkpoints of its sandboxes in CKPT_TMP (a daemon stopped mid-fork leaves one)."""
+    root = os.path.join(state_dir, "runc")
+    if os.path.isdir(root):
+        ids = run(["runc", "--root", root, "list", "-q"], check=False,
+                  text=True).stdout.split()
+        for cid in ids:
+            log(f"cleanup: sandbox container {cid} was left; removing it")
+            run(["runc", "--root", root, "kill", "--all", cid, "KILL"], check=False)
+            run(["runc", "--root", root, "delete", "--force", cid], check=False)
+            for base in glob.glob("/sys/fs/cgroup/*/sandboxer") + ["/sys/fs/cgroup/sandboxer"]:
+                try:
+                    os.rmdir(os.path.join(base, cid))
+                except OSError:
+                    pass
+    for pid in pids_mentioning(state_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for d in glob.glob(os.path.join(state_dir, "sandboxes", "*", "")):
+        sid = os.path.basename(os.path.dirname(d))
+        ckpt = os.path.join(CKPT_TMP, sid)
+        if re.fullmatch(r"[0-9a-f]{32,64}", sid) and os.path.isdir(ckpt):
+            log(f"cleanup: fork checkpoint {ckpt} was left; removing it")
+            shutil.rmtree(ckpt, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- podman
+
+class Podman:
+    """An OCI layout loaded into podman's storage under a name of this run, and the
+    containers of this run (all named PREFIX-…)."""
+
+    def __init__(self, layout, prefix, image_name, tag="latest"):
+        self.prefix = prefix
+        self.image = f"localhost/{prefix}-{image_name}:{tag}"
+        self.names = set()
+        self.seq = 0
+        self.layout = layout
+
+    def load(self):
+        # skopeo, not `podman pull oci:DIR`, which names the image after the directory
+        run(["skopeo", "copy", "--quiet", f"oci:{self.layout}:latest",
+             f"containers-storage:{self.image}"], timeout=300)
+
+    def new_name(self):
+        self.seq += 1
+        name = f"{self.prefix}-{self.seq}"
+        self.names.add(name)
+        return name
+
+    def delete(self, name):
+        run(["podman", "rm", "-f", "-t", "0", name], check=False)
+        self.names.discard(name)
+
+    def cleanup(self):
+        listed = run(["podman", "ps", "-a", "--format", "{{.Names}}", "--filter",
+                      f"name=^{self.prefix}-"], check=False, text=True).stdout.split()
+        for name in set(listed) | self.names:
+            self.delete(name)
+        if run(["podman", "image", "exists", self.image], check=False).returncode == 0:
+            run(["podman", "rmi", "-f", self.image], check=False)
+
+
+# ---------------------------------------------------------------- the run
+
+class Session:
+    """One benchmark run: SIGTERM and the total time limit become exceptions, a temporary
+    workdir, and cleanups that run in reverse order of registration with signals ignored,
+    then the workdir's mounts and the workdir go."""
+
+    def __init__(self, total_timeout):
+        def on_signal(signum, frame):
+            raise Interrupted(f"signal {signum}")
+
+        def on_alarm(signum, frame):
+            raise TotalTimeout(f"the whole run took more than {total_timeout} s")
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(total_timeout)
+        self.prefix = f"sbx-bench-{os.getpid()}"
+        self.workdir = tempfile.mkdtemp(prefix="sbx-bench-")
+        self.cleanups = []
+        self.t_start = time.monotonic()
+
+    def disarm(self):
+        signal.alarm(0)
+
+    def on_cleanup(self, what, fn):
+        self.cleanups.append((what, fn))
+
+    def close(self):
+        signal.alarm(0)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log("cleanup")
+        for what, fn in reversed(self.cleanups):
+            try:
+                fn()
+            except Exception as ce:
+                log(f"cleanup of {what} failed: {ce}")
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[1] for line in f]
+        for m in reversed(mounts):
+            if m.startswith(self.workdir + "/"):
+                run(["umount", "-l", m], check=False)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def keep_log_cleanup(sbx_getter, path):
+    """A cleanup that copies the daemon's log to path (register it first: it runs last,
+    after the daemon stopped, before the workdir goes)."""
+    def fn():
+        sbx = sbx_getter()
+        if path and sbx is not None and os.path.exists(sbx.stderr_path):
+            shutil.copy(sbx.stderr_path, path)
+    return fn
+
+
+# ---------------------------------------------------------------- machine
+
+def machine_info(binary):
+    def out(argv):
+        try:
+            return run(argv, check=False, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cg = "v2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "v1/hybrid"
+    runc_v = out(["runc", "--version"])
+    return {
+        "nproc": out(["nproc"]),
+        "cpu": cpu,
+        "kernel": out(["uname", "-r"]),
+        "cgroup": cg,
+        "runc": runc_v.splitlines()[0] if runc_v and runc_v != "?" else "?",
+        "podman": out(["podman", "--version"]) if shutil.which("podman") else "not installed",
+        # the commit of the tree the binary was built in (bench/ itself may be uncommitted)
+        "sandboxer": out(["git", "-C", os.path.dirname(os.path.realpath(binary)), "describe",
+                          "--always", "--dirty"]) or "?",
+        "python": platform.python_version(),
+        "loadavg": loadavg(),
+    }
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def print_header(info, t_start):
+    print()
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
+    print(f"run took {time.monotonic() - t_start:.0f} s; load average at the start "
+          f"{info['loadavg']}, at the end {loadavg()}")
+    print()
