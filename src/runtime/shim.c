@@ -97,9 +97,21 @@ static bool pump(struct shim *s, int fd, bool is_err)
         return false;
     if (is_err)
         keep_err_tail(s, chunk, (size_t)n);
-    if (s->log_fd >= 0 && write(s->log_fd, chunk, (size_t)n) == n)
-        s->log_size += (uint64_t)n;
-    rotate_if_needed(s);
+    /* Each file stays within log_max: what does not fit goes to the next one. */
+    const char *p = chunk;
+    size_t left = (size_t)n;
+    while (left > 0 && s->log_fd >= 0) {
+        size_t room = s->log_size < s->log_max ? (size_t)(s->log_max - s->log_size) : 0;
+        size_t take = left < room ? left : room;
+        if (take > 0) {
+            ssize_t w = write(s->log_fd, p, take);
+            if (w <= 0)
+                break;
+            s->log_size += (uint64_t)w;
+            p += w, left -= (size_t)w;
+        }
+        rotate_if_needed(s);
+    }
     return true;
 }
 
