@@ -17,11 +17,11 @@ typedef struct sbx_mgr sbx_mgr_t;
 /* Daemon-wide settings of the lifecycle. Strings are borrowed for the manager's life. */
 struct sbx_config {
     const char *state_dir;
-    const char *agent_bin;      /* sandboxer-agent to copy into the state dir */
-    const char *self_exe;       /* the sandboxer binary (for the shim) */
-    const char *runtime;        /* "runc" */
-    const char *storage_driver; /* "auto", "overlay" or "btrfs" */
-    struct net *net;            /* the network layer (bridge, netns, rules) */
+    const char *agent_bin;       /* sandboxer-agent to copy into the state dir */
+    const char *self_exe;        /* the sandboxer binary (for the shim) */
+    const char *runtime;         /* "runc" */
+    const char *storage_driver;  /* "auto", "overlay" or "btrfs" */
+    struct net *net;             /* the network layer (bridge, netns, rules) */
     const char *default_network; /* egress of a sandbox that does not ask: "none"|"open" */
     double default_cpus;
     uint64_t default_memory;

@@ -80,8 +80,8 @@ int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *e
 /* Write the OCI config.json of r into its bundle. */
 int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
 /* Give r its network (a new address, or ip again) and write its /etc files. */
-int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p,
-                  const char *ip, err_t *err);
+int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
+                  err_t *err);
 /* Wake a hibernated sandbox of owner before using it (no-op otherwise). */
 int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */

@@ -105,8 +105,7 @@ int store_snapshot_insert(store_t *s, const snapshot_rec_t *r, err_t *err);
 int store_snapshot_get(store_t *s, int64_t owner_id, const char *name, snapshot_rec_t *out,
                        err_t *err);
 /* owner's snapshots as a malloc'd array, oldest first. */
-int store_snapshot_list(store_t *s, int64_t owner_id, snapshot_rec_t **out, size_t *n,
-                        err_t *err);
+int store_snapshot_list(store_t *s, int64_t owner_id, snapshot_rec_t **out, size_t *n, err_t *err);
 /* Delete owner's snapshot called name (ERR_NOT_FOUND otherwise). */
 int store_snapshot_delete(store_t *s, int64_t owner_id, const char *name, err_t *err);
 /* Free a snapshot record's spec / a list of them. */
