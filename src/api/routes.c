@@ -46,6 +46,7 @@ const struct route api_routes[] = {
      h_files_post_chunk},
     {"DELETE", "/sandboxes/{id}/files/{path*}", h_files_delete, ROUTE_AUTH,
      "Delete a file or directory"},
+    {"GET", "/events", h_events, ROUTE_AUTH, "Events of the caller's sandboxes (SSE)"},
     {"GET", "/images", h_image_list, ROUTE_AUTH, "Images in the store"},
     {"POST", "/images/pull", h_image_pull, ROUTE_AUTH, "Pull an image"},
     {"POST", "/images/import", h_image_import, ROUTE_ADMIN,

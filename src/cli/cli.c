@@ -101,6 +101,21 @@ static const struct cli_verb verbs[] = {
         .max_args = -1,
     },
     {
+        .name = "events",
+        .section = "Sandboxes",
+        .run = cmd_events,
+        .summary = "follow what happens to your sandboxes",
+        .synopsis = "[--since ID]",
+        .help = "Follows the events of your sandboxes (created, exec, forked, coalesced, paused,\n"
+                "unpaused, hibernated, woken, updated, exited, deleted) as they happen, one a\n"
+                "line; --json prints each event's JSON. The stored ones come first: all of\n"
+                "them, or those after --since ID (an event's id, as SSE's Last-Event-ID).\n"
+                "Runs until interrupted.\n",
+        .opts = "since=",
+        .min_args = 0,
+        .max_args = 0,
+    },
+    {
         .name = "logs",
         .section = "Sandboxes",
         .run = cmd_logs,

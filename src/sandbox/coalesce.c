@@ -105,9 +105,10 @@ static json_t *delete_victims(sbx_mgr_t *m, const char *const *victims, size_t n
         runtime_kill(victims[i], 9, true, &e); /* ends running execs, which hold the lock */
         pthread_rwlock_wrlock(&l->lock);
         if (sbx_teardown(m, victims[i], true, &e) == 0 &&
-            store_sandbox_set_deleted(m->store, victims[i], "coalesced", &e) == 0)
+            store_sandbox_set_deleted(m->store, victims[i], "coalesced", &e) == 0) {
             json_array_append_new(done, json_string(victims[i]));
-        else
+            sbx_event(m, victims[i], "deleted", json_pack("{s:s}", "reason", "coalesced"));
+        } else
             log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i], e.msg);
         pthread_rwlock_unlock(&l->lock);
         sbx_live_put(m, l);
@@ -156,6 +157,8 @@ int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key, cons
                                          json_array_size(done)));
         json_object_set_new(fin, "terminated_sandboxes", done);
         *out = fin;
+        sbx_event(m, final.id, "coalesced",
+                  json_pack("{s:s, s:O}", "parent_id", parent.id, "terminated_sandboxes", done));
         log_info("sandbox.coalesced", "parent=%s final=%s deleted=%zu", parent.id, final.id,
                  json_array_size(done));
     }

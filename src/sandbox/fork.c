@@ -209,6 +209,10 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
         log_info("sandbox.forked", "parent=%s child=%s memory_preserved=%d", parent.id, child.id,
                  memory);
         *out = clone_json(m, child.id, memory);
+        sbx_event(m, parent.id, "forked",
+                  json_pack("{s:s, s:b}", "child_id", child.id, "memory_preserved", memory));
+        sbx_event(m, child.id, "created",
+                  json_pack("{s:s, s:s}", "image", child.image, "parent_id", parent.id));
     }
     sbx_paths_free(&cp);
     store_sandbox_rec_clear(&child);
@@ -320,10 +324,12 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
         rc = storage_layer_clone(m->driver, layer, p.layer, err);
     if (rc == 0)
         rc = start_clone(m, &r, &p, snap.memory_preserved ? ckpt : NULL, err);
-    if (rc < 0)
+    if (rc < 0) {
         undo_clone(m, r.id);
-    else
+    } else {
         *out = clone_json(m, r.id, snap.memory_preserved);
+        sbx_event(m, r.id, "created", json_pack("{s:s, s:s}", "image", r.image, "snapshot", name));
+    }
     sbx_paths_free(&p);
     store_sandbox_rec_clear(&r);
     store_snapshot_rec_clear(&snap);

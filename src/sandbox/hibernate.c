@@ -40,8 +40,11 @@ static void end_change(sbx_mgr_t *m, sandbox_rec_t *r, struct sbx_live *l)
     store_sandbox_rec_clear(r);
 }
 
-static json_t *status_json(const char *id, const char *status)
+/* The answer {id, status}, and the event of the change. */
+static json_t *status_json(sbx_mgr_t *m, const char *id, const char *status, const char *event)
 {
+    if (event)
+        sbx_event(m, id, event, NULL);
     return json_pack("{s:s, s:s}", "id", id, "status", status);
 }
 
@@ -54,7 +57,8 @@ int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, js
         return -1;
     const char *from = pause ? "running" : "paused", *to = pause ? "paused" : "running";
     int rc = 0;
-    if (strcmp(r.status, to) != 0) {
+    bool changed = strcmp(r.status, to) != 0;
+    if (changed) {
         if (strcmp(r.status, from) != 0)
             rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s, not %s",
                          r.status, from);
@@ -64,7 +68,7 @@ int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, js
             rc = store_sandbox_set_status(m->store, r.id, to, NULL, false, 0, err);
     }
     if (rc == 0)
-        *out = status_json(r.id, to);
+        *out = status_json(m, r.id, to, changed ? (pause ? "paused" : "unpaused") : NULL);
     end_change(m, &r, l);
     return rc;
 }
@@ -123,10 +127,11 @@ int sbx_hibernate(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **o
     struct sbx_live *l;
     if (begin_change(m, owner, key, &r, &l, err) < 0)
         return -1;
-    int rc = strcmp(r.status, "hibernated") == 0 ? 0 : hibernate_locked(m, &r, err);
+    bool asleep = strcmp(r.status, "hibernated") == 0;
+    int rc = asleep ? 0 : hibernate_locked(m, &r, err);
     if (rc == 0) {
         log_info("sandbox.hibernated", "sandbox=%s", r.id);
-        *out = status_json(r.id, "hibernated");
+        *out = status_json(m, r.id, "hibernated", asleep ? NULL : "hibernated");
     }
     end_change(m, &r, l);
     return rc;
@@ -139,7 +144,8 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, e
     if (begin_change(m, owner, key, &r, &l, err) < 0)
         return -1;
     int rc = 0;
-    if (strcmp(r.status, "hibernated") != 0) {
+    bool woke = strcmp(r.status, "hibernated") == 0;
+    if (!woke) {
         if (strcmp(r.status, "running") != 0 && strcmp(r.status, "paused") != 0)
             rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_hibernated", "the sandbox is %s",
                          r.status);
@@ -168,7 +174,7 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, e
         sbx_paths_free(&p);
     }
     if (rc == 0)
-        *out = status_json(r.id, "running");
+        *out = status_json(m, r.id, "running", woke ? "woken" : NULL);
     end_change(m, &r, l);
     return rc;
 }

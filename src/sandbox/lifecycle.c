@@ -17,7 +17,19 @@
 #include "runtime/runtime.h"
 #include "sandbox_internal.h"
 #include "net/net.h"
+#include "store/store_events.h"
 #include "storage/storage.h"
+
+void sbx_event(sbx_mgr_t *m, const char *id, const char *type, json_t *data)
+{
+    sandbox_rec_t r;
+    if (store_sandbox_get(m->store, -1, id, &r, NULL) == 0) {
+        store_event_add(m->store, r.owner_id, id, type, data);
+        store_sandbox_rec_clear(&r);
+    }
+    if (data)
+        json_decref(data);
+}
 
 int sbx_lookup(sbx_mgr_t *m, const user_t *owner, const char *key, sandbox_rec_t *rec, err_t *err)
 {
@@ -93,6 +105,7 @@ int sbx_update(sbx_mgr_t *m, const user_t *owner, const char *key, const char *l
             json_object_set_new(*out, "label", json_string(label));
         if (is_public >= 0)
             json_object_set_new(*out, "public", json_boolean(is_public));
+        sbx_event(m, r.id, "updated", json_deep_copy(*out));
     }
     store_sandbox_rec_clear(&r);
     return rc;
@@ -150,8 +163,10 @@ int sbx_delete(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out,
         rc = sbx_teardown(m, r.id, true, err);
         if (rc == 0)
             rc = store_sandbox_set_deleted(m->store, r.id, "deleted", err);
-        if (rc == 0)
+        if (rc == 0) {
             log_info("sandbox.deleted", "sandbox=%s user=%s", r.id, owner->name);
+            sbx_event(m, r.id, "deleted", json_pack("{s:s}", "reason", "deleted"));
+        }
     }
     pthread_rwlock_unlock(&l->lock);
     sbx_live_put(m, l);
@@ -185,6 +200,7 @@ static void finish_exit(sbx_mgr_t *m, const char *id, int code)
     if (sbx_teardown(m, id, false, &err) < 0)
         log_warn("sandbox.cleanup_failed", "sandbox=%s msg=\"%s\"", id, err.msg);
     log_info("sandbox.exited", "sandbox=%s exit_code=%d", id, code);
+    sbx_event(m, id, "exited", code >= 0 ? json_pack("{s:i}", "exit_code", code) : NULL);
 }
 
 void sbx_finish_exit(sbx_mgr_t *m, const char *id)
