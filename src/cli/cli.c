@@ -131,6 +131,31 @@ static const struct cli_verb verbs[] = {
         .max_args = 1,
     },
     {
+        .name = "cp",
+        .section = "Sandboxes",
+        .run = cmd_cp,
+        .summary = "copy a file into or out of a sandbox",
+        .synopsis = "LOCAL ID:PATH | ID:PATH LOCAL",
+        .help = "Copies one regular file between here and the sandbox ID (its id, a unique\n"
+                "start of it, or its name), streaming it both ways. PATH is absolute inside\n"
+                "the sandbox; an argument is ID:PATH when a ':' comes before any '/' (write\n"
+                "./a:b for a local file named a:b).\n"
+                "\n"
+                "cp LOCAL ID:PATH  writes LOCAL to PATH, making missing directories and\n"
+                "                  keeping LOCAL's permission bits; a PATH ending in '/'\n"
+                "                  puts it in that directory under LOCAL's name. Prints\n"
+                "                  nothing; with --json, the daemon's answer {path, size}.\n"
+                "cp ID:PATH LOCAL  writes PATH to LOCAL (into LOCAL under PATH's name when\n"
+                "                  LOCAL is a directory; to stdout when LOCAL is -) with\n"
+                "                  PATH's permissions less the umask. It goes to a temporary\n"
+                "                  file renamed at the end, so a failure leaves nothing\n"
+                "                  behind. With --json, the daemon's description of PATH.\n"
+                "\n"
+                "Directories are not copied yet, either way.\n",
+        .min_args = 2,
+        .max_args = 2,
+    },
+    {
         .name = "rm",
         .section = "Sandboxes",
         .run = cmd_rm,

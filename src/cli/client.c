@@ -20,6 +20,7 @@ struct client {
     char *auth;     /* "Authorization: Bearer …" or NULL */
     char *endpoint; /* what messages call the daemon's address */
     long timeout_s;
+    bool stall_guard; /* this transfer fails if it moves no byte for CLIENT_STALL_S */
 };
 
 /* A body being received: bounded so a broken server cannot make us hold unbounded memory. */
@@ -159,12 +160,13 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
-static struct curl_slist *make_headers(const client_t *c, const char *accept, bool has_body)
+/* The request's headers; ctype is a whole "Content-Type: …" line, or NULL without a body. */
+static struct curl_slist *make_headers(const client_t *c, const char *accept, const char *ctype)
 {
     struct curl_slist *h = NULL;
     h = curl_slist_append(h, accept);
-    if (has_body)
-        h = curl_slist_append(h, "Content-Type: application/json; charset=utf-8");
+    if (ctype)
+        h = curl_slist_append(h, ctype);
     h = curl_slist_append(h, "Expect:"); /* no 100-continue round trip */
     if (c->auth)
         h = curl_slist_append(h, c->auth);
@@ -199,6 +201,10 @@ static void set_common(client_t *c, const char *url, struct curl_slist *headers,
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, (long)CLIENT_CONNECT_TIMEOUT_S);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, c->timeout_s);
+    if (c->stall_guard) {
+        curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, (long)CLIENT_STALL_S);
+    }
     /* Without a timeout a quiet stream may last hours: notice a peer that vanished. */
     curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "sandboxer-cli/" SANDBOXER_VERSION);
@@ -216,7 +222,8 @@ static CURLcode perform(client_t *c, const char *method, const char *path, const
 {
     _cleanup_free_ char *url = xasprintf("%s%s", c->base, path);
     _cleanup_free_ char *payload = body ? json_dump_compact(body) : NULL;
-    struct curl_slist *headers = make_headers(c, accept, payload != NULL);
+    struct curl_slist *headers =
+        make_headers(c, accept, payload ? "Content-Type: application/json; charset=utf-8" : NULL);
     set_common(c, url, headers, on_data, data);
     set_method(c->curl, method, payload);
     curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, detail);
@@ -341,11 +348,9 @@ static int status_error(const client_resp_t *resp, err_t *err)
                    resp->status);
 }
 
-int client_call(client_t *c, const char *method, const char *path, const json_t *body,
-                client_resp_t *resp, err_t *err)
+/* A 2xx JSON object stays in *resp; anything else becomes an error and *resp is freed. */
+static int check_answer(const char *method, const char *path, client_resp_t *resp, err_t *err)
 {
-    if (client_request(c, method, path, body, resp, err) < 0)
-        return -1;
     int r = 0;
     if (resp->status < 200 || resp->status > 299)
         r = status_error(resp, err);
@@ -358,6 +363,101 @@ int client_call(client_t *c, const char *method, const char *path, const json_t 
     return r;
 }
 
+int client_call(client_t *c, const char *method, const char *path, const json_t *body,
+                client_resp_t *resp, err_t *err)
+{
+    if (client_request(c, method, path, body, resp, err) < 0)
+        return -1;
+    return check_answer(method, path, resp, err);
+}
+
+/* --- uploads ---------------------------------------------------------------------------- */
+
+/* A request body read from a file descriptor: exactly the size announced, in pieces. */
+struct source {
+    int fd;
+    uint64_t left;   /* bytes still to send */
+    int read_errno;  /* read(2) failed with this */
+    bool short_read; /* the file ended before its announced size */
+};
+
+static size_t on_read(char *buf, size_t size, size_t nitems, void *userdata)
+{
+    struct source *src = userdata;
+    size_t want = size * nitems;
+    if (want > src->left)
+        want = (size_t)src->left;
+    if (want == 0)
+        return 0;
+    for (;;) {
+        ssize_t n = read(src->fd, buf, want);
+        if (n > 0) {
+            src->left -= (uint64_t)n;
+            return (size_t)n;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            src->read_errno = errno;
+        else
+            src->short_read = true;
+        return CURL_READFUNC_ABORT;
+    }
+}
+
+/* Why an upload got no answer: the file, a bound, a connection lost half-way, or none made. */
+static int upload_error(client_t *c, CURLcode rc, const struct source *src, const struct sink *s,
+                        const char *detail, err_t *err)
+{
+    curl_off_t sent = 0;
+    if (src->read_errno)
+        return err_set(err, ERR_INTERNAL, src->read_errno, "read_failed",
+                       "cannot read the file being sent: %s", strerror(src->read_errno));
+    if (src->short_read)
+        return err_set(err, ERR_INVALID, 0, "file_changed",
+                       "the file being sent became shorter while it was read");
+    if (s->too_large)
+        return too_large(err);
+    curl_easy_getinfo(c->curl, CURLINFO_SIZE_UPLOAD_T, &sent);
+    if (sent > 0 || rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING)
+        return err_set(err, ERR_UNAVAILABLE, 0, "upload_broken",
+                       "the upload to the daemon at %s broke off: %s", c->endpoint,
+                       *detail ? detail : curl_easy_strerror(rc));
+    return transport_error(c, rc, detail, err);
+}
+
+int client_upload(client_t *c, const char *method, const char *path, int fd, uint64_t size,
+                  client_resp_t *resp, err_t *err)
+{
+    char detail[CURL_ERROR_SIZE] = "";
+    *resp = (client_resp_t){0};
+    struct sink s = {.buf = &resp->body};
+    struct source src = {.fd = fd, .left = size};
+    _cleanup_free_ char *url = xasprintf("%s%s", c->base, path);
+    struct curl_slist *headers =
+        make_headers(c, "Accept: application/json", "Content-Type: application/octet-stream");
+    c->stall_guard = true;
+    set_common(c, url, headers, on_body, &s);
+    c->stall_guard = false;
+    curl_easy_setopt(c->curl, CURLOPT_UPLOAD, 1L); /* a PUT unless told otherwise */
+    if (strcmp(method, "PUT") != 0)
+        curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c->curl, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(c->curl, CURLOPT_READDATA, &src);
+    curl_easy_setopt(c->curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, detail);
+    CURLcode rc = curl_easy_perform(c->curl);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(headers);
+    if (rc != CURLE_OK) {
+        int r = upload_error(c, rc, &src, &s, detail, err);
+        client_resp_free(resp);
+        return r;
+    }
+    finish_resp(c->curl, resp);
+    return check_answer(method, path, resp, err);
+}
+
 /* --- streamed answers ------------------------------------------------------------------- */
 
 /* A streamed answer being received. */
@@ -365,19 +465,22 @@ struct stream {
     client_t *c;
     const struct client_stream_cb *cb;
     err_t *err;
+    bool any_type; /* a 2xx answer is the stream whatever its type (a file's bytes) */
     enum { UNDECIDED, STREAMING, BUFFERING } mode;
     buf_t pending; /* lines: the unfinished last line; BUFFERING: the whole (error) body */
     bool failed;   /* a callback or a bound stopped the transfer; err is set */
 };
 
-/* A 2xx answer that is not JSON is the stream; anything else (a refusal) is buffered. */
+/* A 2xx answer that is not JSON (or any 2xx answer, for a download) is the stream; anything
+ * else (a refusal) is buffered. */
 static void decide(struct stream *st)
 {
     long status = 0;
     char *ctype = NULL;
     curl_easy_getinfo(st->c->curl, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(st->c->curl, CURLINFO_CONTENT_TYPE, &ctype);
-    st->mode = status >= 200 && status <= 299 && !is_json_type(ctype) ? STREAMING : BUFFERING;
+    bool ok = status >= 200 && status <= 299 && (st->any_type || !is_json_type(ctype));
+    st->mode = ok ? STREAMING : BUFFERING;
 }
 
 /* Hand one line (its '\n' or the end of the body at p[len]) to the callback as a C string. */
@@ -479,6 +582,18 @@ int client_stream(client_t *c, const char *method, const char *path, const json_
     const char *accept = cb->on_line ? "Accept: application/x-ndjson, application/json"
                                      : "Accept: text/plain, application/json";
     CURLcode rc = perform(c, method, path, body, accept, on_stream, &st, detail);
+    int r = stream_end(&st, rc, detail);
+    buf_free(&st.pending);
+    return r;
+}
+
+int client_download(client_t *c, const char *path, const struct client_stream_cb *cb, err_t *err)
+{
+    char detail[CURL_ERROR_SIZE] = "";
+    struct stream st = {.c = c, .cb = cb, .err = err, .any_type = true};
+    c->stall_guard = true;
+    CURLcode rc = perform(c, "GET", path, NULL, "Accept: */*", on_stream, &st, detail);
+    c->stall_guard = false;
     int r = stream_end(&st, rc, detail);
     buf_free(&st.pending);
     return r;

@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "common/buf.h"
 #include "common/error.h"
@@ -12,6 +13,7 @@
 #define CLIENT_DEFAULT_TIMEOUT_S 60
 #define CLIENT_MAX_BODY          (64u << 20) /* a buffered answer larger than this is an error */
 #define CLIENT_MAX_LINE          (8u << 20)  /* so is a longer line of an ndjson stream */
+#define CLIENT_STALL_S           60 /* an upload or download that moves nothing this long fails */
 
 /* Where the daemon is. Exactly one of url and socket is used; strings are copied. */
 struct client_config {
@@ -75,6 +77,23 @@ struct client_stream_cb {
  */
 int client_stream(client_t *c, const char *method, const char *path, const json_t *body,
                   const struct client_stream_cb *cb, err_t *err);
+
+/*
+ * Like client_call, but the request's body is the next size bytes read from fd, sent as
+ * application/octet-stream as they are read (never held in memory whole). The file must not
+ * become shorter meanwhile. Set the timeout to 0 for a large file: the transfer then fails
+ * only if it stalls for CLIENT_STALL_S.
+ */
+int client_upload(client_t *c, const char *method, const char *path, int fd, uint64_t size,
+                  client_resp_t *resp, err_t *err);
+
+/*
+ * GET path and hand a 2xx answer to cb->on_raw as it arrives, whatever its Content-Type (a
+ * file's bytes may be JSON too); an answer that is not 2xx becomes an error as in client_call.
+ * Set the timeout to 0 for a large file: the transfer then fails only if it stalls for
+ * CLIENT_STALL_S.
+ */
+int client_download(client_t *c, const char *path, const struct client_stream_cb *cb, err_t *err);
 
 /* Free what *resp holds and zero it. */
 void client_resp_free(client_resp_t *resp);
