@@ -35,6 +35,16 @@ static void file_req(api_req_t *r, const char *path, struct agentc_file_req *q)
     *q = (struct agentc_file_req){.path = path, .user = api_query(r, "user")};
 }
 
+/* The route's {path} normalised into path (size bytes) and the request for it. */
+static int route_file(api_req_t *r, char *path, size_t size, struct agentc_file_req *q, err_t *err)
+{
+    _cleanup_free_ char *raw = api_param(r, "path");
+    if (norm_path(raw, path, size, err) < 0)
+        return -1;
+    file_req(r, path, q);
+    return 0;
+}
+
 static int parse_mode(api_req_t *r, struct agentc_file_req *q, err_t *err)
 {
     const char *mode = api_query(r, "mode");
@@ -170,12 +180,10 @@ static int download(api_req_t *r, const char *key, const char *path, int64_t siz
 int h_files_get(api_req_t *r, err_t *err)
 {
     _cleanup_free_ char *key = api_param(r, "id");
-    _cleanup_free_ char *raw = api_param(r, "path");
     char path[AGENT_PATH_MAX];
     struct agentc_file_req q;
-    if (norm_path(raw, path, sizeof(path), err) < 0)
+    if (route_file(r, path, sizeof(path), &q, err) < 0)
         return -1;
-    file_req(r, path, &q);
     json_t *info _cleanup_json_ = NULL;
     if (sbx_file_stat(r->api->sbx, &r->user, key, &q, &info, err) < 0)
         return -1;
@@ -210,13 +218,12 @@ static void files_close(void *ctx)
 int h_files_put_begin(api_req_t *r, err_t *err)
 {
     _cleanup_free_ char *key = api_param(r, "id");
-    _cleanup_free_ char *raw = api_param(r, "path");
     char path[AGENT_PATH_MAX];
     struct agentc_file_req q;
-    if (norm_path(raw, path, sizeof(path), err) < 0)
+    if (route_file(r, path, sizeof(path), &q, err) < 0)
         return -1;
-    file_req(r, path, &q);
     q.mkdir = query_true(r, "mkdir");
+    _cleanup_free_ char *raw = api_param(r, "path");
     if (agent_path_is_root(path) || raw[strlen(raw) - 1] == '/')
         return err_set(err, ERR_INVALID, 0, "invalid_path", "PUT needs a file path");
     if (parse_mode(r, &q, err) < 0)
@@ -371,12 +378,10 @@ int h_files_post(api_req_t *r, err_t *err)
 int h_files_delete(api_req_t *r, err_t *err)
 {
     _cleanup_free_ char *key = api_param(r, "id");
-    _cleanup_free_ char *raw = api_param(r, "path");
     char path[AGENT_PATH_MAX];
     struct agentc_file_req q;
-    if (norm_path(raw, path, sizeof(path), err) < 0)
+    if (route_file(r, path, sizeof(path), &q, err) < 0)
         return -1;
-    file_req(r, path, &q);
     q.recursive = query_true(r, "recursive");
     if (sbx_file_delete(r->api->sbx, &r->user, key, &q, err) < 0)
         return -1;
