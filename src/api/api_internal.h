@@ -24,6 +24,7 @@ enum route_flags {
     ROUTE_AUTH = 0,        /* a valid token is required (the default) */
     ROUTE_PUBLIC = 1 << 0, /* no token needed */
     ROUTE_ADMIN = 1 << 1,  /* only admins */
+    ROUTE_PROXY = 1 << 2,  /* a token if one is sent; without, only public sandboxes answer */
 };
 
 /* Streamed request bodies: begin runs once the headers are in, chunk per piece of body. */
@@ -137,6 +138,8 @@ bool api_stream_write(struct api_stream *s, const void *data, size_t len);
 /* Sleep up to ms; false once the client is gone or the daemon stops. */
 bool api_stream_wait(struct api_stream *s, int ms);
 
+/* True if the request carries a Sandboxer token (Authorization: Bearer sbx_...). */
+bool api_has_token(const api_req_t *r);
 /* Authenticate the request's bearer token; fills r->user and r->token. */
 int api_authenticate(api_req_t *r, err_t *err);
 
@@ -186,3 +189,6 @@ int h_files_post_chunk(api_req_t *r, const char *data, size_t len, err_t *err);
 int h_files_post(api_req_t *r, err_t *err);
 int h_files_delete(api_req_t *r, err_t *err);
 int h_events(api_req_t *r, err_t *err);
+int h_proxy_begin(api_req_t *r, err_t *err);
+int h_proxy_chunk(api_req_t *r, const char *data, size_t len, err_t *err);
+int h_proxy(api_req_t *r, err_t *err);

@@ -6,6 +6,12 @@
 #include "api_internal.h"
 #include "common/id.h"
 
+bool api_has_token(const api_req_t *r)
+{
+    const char *h = api_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && strncasecmp(h, "Bearer sbx_", 11) == 0;
+}
+
 int api_authenticate(api_req_t *r, err_t *err)
 {
     const char *h = api_header(r, MHD_HTTP_HEADER_AUTHORIZATION);

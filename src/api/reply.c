@@ -32,6 +32,8 @@ unsigned api_status_for(err_kind_t kind)
         return MHD_HTTP_TOO_MANY_REQUESTS;
     case ERR_UNAVAILABLE:
         return MHD_HTTP_SERVICE_UNAVAILABLE;
+    case ERR_BAD_GATEWAY:
+        return MHD_HTTP_BAD_GATEWAY;
     case ERR_RUNTIME:
     case ERR_INTERNAL:
         break;
@@ -79,7 +81,7 @@ void api_reply_error(api_req_t *r, const err_t *err)
 {
     unsigned status = api_status_for(err->kind);
     char detail[600];
-    if (status >= 500 && err->kind != ERR_UNAVAILABLE) {
+    if (status >= 500 && err->kind != ERR_UNAVAILABLE && err->kind != ERR_BAD_GATEWAY) {
         /* Details of internal failures (host paths, errno) go to the log, not the client. */
         char q[600];
         log_error("http.error", "kind=%s code=%s errno=%d msg=%s", err_kind_name(err->kind),

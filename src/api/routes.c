@@ -47,6 +47,19 @@ const struct route api_routes[] = {
     {"DELETE", "/sandboxes/{id}/files/{path*}", h_files_delete, ROUTE_AUTH,
      "Delete a file or directory"},
     {"GET", "/events", h_events, ROUTE_AUTH, "Events of the caller's sandboxes (SSE)"},
+#define PROXY(m)                                                                                   \
+    {                                                                                              \
+        m, "/sandboxes/{id}/proxy/{path*}", h_proxy, ROUTE_PROXY, "Proxy to the sandbox's port",   \
+            h_proxy_begin, h_proxy_chunk                                                           \
+    }
+    PROXY("GET"),
+    PROXY("HEAD"),
+    PROXY("POST"),
+    PROXY("PUT"),
+    PROXY("PATCH"),
+    PROXY("DELETE"),
+    PROXY("OPTIONS"),
+#undef PROXY
     {"GET", "/images", h_image_list, ROUTE_AUTH, "Images in the store"},
     {"POST", "/images/pull", h_image_pull, ROUTE_AUTH, "Pull an image"},
     {"POST", "/images/import", h_image_import, ROUTE_ADMIN,

@@ -196,6 +196,8 @@ static void on_headers(api_req_t *r)
                     "method %s is not allowed on this path", r->method);
         else
             err_set(&err, ERR_NOT_FOUND, 0, "route_not_found", "no route for %s", r->method);
+    } else if ((r->route->flags & ROUTE_PROXY) && !api_has_token(r)) {
+        /* anonymous: the handler lets only public sandboxes answer */
     } else if (!(r->route->flags & ROUTE_PUBLIC) && api_authenticate(r, &err) == 0 &&
                (r->route->flags & ROUTE_ADMIN) && !r->user.is_admin) {
         err_set(&err, ERR_FORBIDDEN, 0, "admin_only", "this route is for admins only");

@@ -108,8 +108,10 @@ int api_reply_stream_sized(api_req_t *r, unsigned status, const char *type, int6
         size >= 0 ? MHD_create_response_from_callback((uint64_t)size, 64 * 1024, read_pipe,
                                                       (void *)(intptr_t)fds[0], close_pipe)
                   : MHD_create_response_from_pipe(fds[0]);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (type) { /* NULL: the producer's caller sets its own headers */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    }
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     if (r->resp)
         MHD_destroy_response(r->resp);

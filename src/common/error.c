@@ -18,6 +18,7 @@ static const char *const kind_names[] = {
     [ERR_RUNTIME] = "runtime",
     [ERR_INTERNAL] = "internal",
     [ERR_UNAVAILABLE] = "unavailable",
+    [ERR_BAD_GATEWAY] = "bad_gateway",
 };
 
 const char *err_kind_name(err_kind_t kind)

@@ -18,6 +18,7 @@ typedef enum {
     ERR_RUNTIME,       /* the container runtime or the kernel failed */
     ERR_INTERNAL,      /* a bug or an unexpected host failure */
     ERR_UNAVAILABLE,   /* not ready or shutting down */
+    ERR_BAD_GATEWAY,   /* what a sandbox serves (through the proxy) did not answer properly */
 } err_kind_t;
 
 /* An error: kind, errno (0 if none), machine code and a human sentence. */

@@ -1,6 +1,7 @@
 /* Exec: through the sandbox's agent, recorded with its output in the store. */
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -178,4 +179,54 @@ int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sb
     }
     store_sandbox_rec_clear(&r);
     return rc;
+}
+
+/* The first port of the create-time "ports", else of the image's ExposedPorts, else 0. */
+static int default_port(const sandbox_rec_t *r)
+{
+    json_t *ports = json_object_get(r->spec, "ports");
+    if (json_array_size(ports) > 0)
+        return (int)json_integer_value(json_array_get(ports, 0));
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(r->spec, "exposed_ports"), key, v)
+    {
+        int p = atoi(key);
+        if (p > 0 && p < 65536 && strstr(key, "/udp") == NULL)
+            return p;
+    }
+    return 0;
+}
+
+int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
+                     struct sbx_target *out, err_t *err)
+{
+    sandbox_rec_t r;
+    bool mine = caller && sbx_lookup(m, caller, key, &r, NULL) == 0;
+    if (!mine) {
+        /* Someone else's (or no token): only a public sandbox's proxy answers. */
+        if (!key || strlen(key) > 64 || store_sandbox_get(m->store, -1, key, &r, NULL) < 0)
+            return err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox");
+        if (!r.is_public) {
+            store_sandbox_rec_clear(&r);
+            return caller ? err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox")
+                          : err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
+                                    "this sandbox is private: send its owner's token");
+        }
+    }
+    user_t owner = {.id = r.owner_id};
+    snprintf(out->id, sizeof(out->id), "%s", r.id);
+    int dflt = default_port(&r);
+    store_sandbox_rec_clear(&r);
+    /* A hibernated sandbox wakes for the request, which waits. */
+    if (sbx_exec_check(m, &owner, out->id, err) < 0 || sbx_lookup(m, &owner, out->id, &r, err) < 0)
+        return -1;
+    snprintf(out->ip, sizeof(out->ip), "%s", r.ip_address);
+    store_sandbox_touch(m->store, r.id);
+    store_sandbox_rec_clear(&r);
+    out->port = port > 0 ? port : dflt;
+    if (out->port <= 0)
+        return err_set(err, ERR_BAD_GATEWAY, 0, "bad_gateway",
+                       "no port to proxy to: give ?port=, or create the sandbox with ports");
+    return 0;
 }

@@ -179,6 +179,20 @@ void sbx_files_close(sbx_files_t *f);
 int sbx_file_delete(sbx_mgr_t *m, const user_t *owner, const char *key,
                     const struct agentc_file_req *req, err_t *err);
 
+/* Where the inbound proxy sends a request. */
+struct sbx_target {
+    char id[65];
+    char ip[48];
+    int port;
+};
+/*
+ * The sandbox key's address and port for the proxy: the caller's own sandbox, or anyone's
+ * public one (caller may be NULL: no token). port > 0 is asked for; else the create-time
+ * ports, else the image's ExposedPorts. A hibernated sandbox wakes first.
+ */
+int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
+                     struct sbx_target *out, err_t *err);
+
 /* True if a non-terminated sandbox uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);
 /* The layer dirs non-terminated sandboxes mount, as the keys of a new JSON object. */

@@ -1,0 +1,262 @@
+/*
+ * The inbound proxy: ANY /sandboxes/{id|name}/proxy/{path} to a port of the sandbox, bodies
+ * streamed both ways (a request body goes out as it arrives, the answer comes back as the
+ * sandbox sends it). The caller's own sandbox, or anyone's public one without a token.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "api_internal.h"
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "proxy/upstream.h"
+#include "sandbox/sandbox.h"
+
+struct proxy {
+    int fd;
+    bool chunked_body; /* the request body goes out chunk-encoded */
+    struct upstream_head head;
+};
+
+static void proxy_free(void *ctx)
+{
+    struct proxy *p = ctx;
+    if (p->fd >= 0)
+        close(p->fd);
+    buf_free(&p->head.raw);
+    free(p);
+}
+
+/* Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself. */
+static bool hop_by_hop(const char *name)
+{
+    static const char *const skip[] = {
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Expect",
+        "Content-Length",
+        "X-Forwarded-For",
+        "X-Forwarded-Proto",
+        "X-Forwarded-Host",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(skip); i++)
+        if (strcasecmp(name, skip[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Percent-encode s (len bytes) into b, keeping unreserved characters (and '/' if keep_slash). */
+static void escape(buf_t *b, const char *s, bool keep_slash)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (isalnum(c) || strchr("-._~!$&'()*+,;=:@", c) || (keep_slash && c == '/'))
+            buf_append(b, s, 1);
+        else
+            buf_printf(b, "%%%02X", c);
+    }
+}
+
+struct head_ctx {
+    buf_t *b;
+    bool first_arg;
+};
+
+static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    (void)kind;
+    struct head_ctx *h = cls;
+    if (strcmp(key, "port") == 0) /* ours: which port; not the sandbox's business */
+        return MHD_YES;
+    buf_puts(h->b, h->first_arg ? "?" : "&");
+    h->first_arg = false;
+    escape(h->b, key, false);
+    if (value) {
+        buf_puts(h->b, "=");
+        escape(h->b, value, false);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    (void)kind;
+    struct head_ctx *h = cls;
+    if (hop_by_hop(key) || !value || strpbrk(value, "\r\n"))
+        return MHD_YES;
+    /* A Sandboxer token is for the daemon only: it never reaches the sandbox. */
+    if (strcasecmp(key, "Authorization") == 0 && strncasecmp(value, "Bearer sbx_", 11) == 0)
+        return MHD_YES;
+    buf_printf(h->b, "%s: %s\r\n", key, value);
+    return MHD_YES;
+}
+
+static void client_ip(api_req_t *r, char *out, size_t size)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, size, "127.0.0.1");
+    if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)ci->client_addr)->sin_addr, out,
+                  (socklen_t)size);
+}
+
+/* The request line and headers as they go to the sandbox. */
+static void request_head(api_req_t *r, const char *path, struct proxy *p, buf_t *b)
+{
+    buf_printf(b, "%s /", r->method);
+    escape(b, path ? path : "", true);
+    struct head_ctx h = {b, true};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, add_arg, &h);
+    buf_puts(b, " HTTP/1.1\r\n");
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_header, &h);
+    char ip[64];
+    client_ip(r, ip, sizeof(ip));
+    const char *host = api_header(r, MHD_HTTP_HEADER_HOST);
+    buf_printf(b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n", ip);
+    if (host && !strpbrk(host, "\r\n"))
+        buf_printf(b, "X-Forwarded-Host: %s\r\n", host);
+    const char *cl = api_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te = api_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (cl && strspn(cl, "0123456789") == strlen(cl))
+        buf_printf(b, "Content-Length: %s\r\n", cl);
+    else if (te && strcasestr(te, "chunked"))
+        p->chunked_body = true, buf_puts(b, "Transfer-Encoding: chunked\r\n");
+    buf_puts(b, "Connection: close\r\n\r\n");
+}
+
+int h_proxy_begin(api_req_t *r, err_t *err)
+{
+    _cleanup_free_ char *key = api_param(r, "id");
+    _cleanup_free_ char *path = api_param(r, "path");
+    long long port = 0;
+    const char *q = api_query(r, "port");
+    if (q && !parse_int(q, 1, 65535, &port))
+        return err_set(err, ERR_INVALID, 0, "invalid_query", "port must be 1-65535");
+    struct sbx_target t;
+    if (sbx_proxy_target(r->api->sbx, r->authed ? &r->user : NULL, key, (int)port, &t, err) < 0)
+        return -1;
+    struct proxy *p = xcalloc(1, sizeof(*p));
+    p->fd = -1;
+    r->ctx = p;
+    r->ctx_free = proxy_free;
+    if ((p->fd = upstream_connect(t.ip, t.port, 5000, err)) < 0)
+        return -1;
+    buf_t head = {0};
+    request_head(r, path, p, &head);
+    int rc = upstream_write(p->fd, head.data, head.len, err);
+    buf_free(&head);
+    return rc;
+}
+
+int h_proxy_chunk(api_req_t *r, const char *data, size_t len, err_t *err)
+{
+    struct proxy *p = r->ctx;
+    if (!p->chunked_body)
+        return upstream_write(p->fd, data, len, err);
+    char size[32];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+    return upstream_write(p->fd, size, (size_t)n, err) < 0 ||
+                   upstream_write(p->fd, data, len, err) < 0 ||
+                   upstream_write(p->fd, "\r\n", 2, err) < 0
+               ? -1
+               : 0;
+}
+
+/* The answer's body as the stream thread copies it. */
+struct relay {
+    int fd;
+    struct upstream_head head;
+    bool no_body;
+    struct chunked ch;
+    struct api_stream *s;
+};
+
+static bool relay_out(void *ctx, const char *p, size_t n)
+{
+    struct relay *rl = ctx;
+    return api_stream_write(rl->s, p, n);
+}
+
+/* Pass n bytes on: decoded when chunked; false once done or the client is gone. */
+static bool relay_bytes(struct relay *rl, const char *p, size_t n, int64_t *left)
+{
+    if (rl->head.chunked)
+        return chunked_decode(&rl->ch, p, n, relay_out, rl) == 0;
+    if (*left >= 0 && (int64_t)n > *left)
+        n = (size_t)*left;
+    if (*left >= 0)
+        *left -= (int64_t)n;
+    return relay_out(rl, p, n) && *left != 0;
+}
+
+static void relay_main(struct api_stream *s, void *ctx)
+{
+    struct relay *rl = ctx;
+    rl->s = s;
+    int64_t left = rl->head.length;
+    bool more = !rl->no_body && left != 0;
+    size_t early = rl->head.raw.len - rl->head.head_len;
+    if (more && early)
+        more = relay_bytes(rl, rl->head.raw.data + rl->head.head_len, early, &left);
+    char chunk[65536];
+    while (more) {
+        ssize_t n = recv(rl->fd, chunk, sizeof(chunk), 0);
+        if (n <= 0)
+            break;
+        more = relay_bytes(rl, chunk, (size_t)n, &left);
+    }
+    close(rl->fd);
+    buf_free(&rl->head.raw);
+    free(rl);
+}
+
+static void copy_header(void *ctx, const char *name, const char *value)
+{
+    if (!hop_by_hop(name))
+        MHD_add_response_header(ctx, name, value);
+}
+
+int h_proxy(api_req_t *r, err_t *err)
+{
+    struct proxy *p = r->ctx;
+    if (p->chunked_body && upstream_write(p->fd, "0\r\n\r\n", 5, err) < 0)
+        return -1;
+    if (upstream_read_head(p->fd, 60000, &p->head, err) < 0) {
+        err->kind = ERR_BAD_GATEWAY;
+        return -1;
+    }
+    struct relay *rl = xcalloc(1, sizeof(*rl));
+    rl->fd = p->fd;
+    rl->head = p->head;
+    int st = p->head.status;
+    rl->no_body = strcmp(r->method, "HEAD") == 0 || st < 200 || st == 204 || st == 304;
+    int64_t size = rl->no_body ? 0 : (p->head.chunked ? -1 : p->head.length);
+    /* The relay thread owns (and frees) the head once it starts: keep the headers apart. */
+    struct upstream_head headers = {.head_len = p->head.head_len};
+    buf_append(&headers.raw, p->head.raw.data, p->head.head_len);
+    if (api_reply_stream_sized(r, (unsigned)st, NULL, size, relay_main, rl, err) < 0) {
+        free(rl);
+        buf_free(&headers.raw);
+        return -1;
+    }
+    p->fd = -1; /* the relay thread owns it now */
+    p->head = (struct upstream_head){0};
+    upstream_each_header(&headers, copy_header, api_response(r));
+    buf_free(&headers.raw);
+    return 0;
+}

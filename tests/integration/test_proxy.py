@@ -1,0 +1,130 @@
+"""The inbound proxy: /sandboxes/{id|name}/proxy/{path} to a sandbox's HTTP server."""
+import hashlib
+import os
+import time
+
+import httpx
+
+UPLOAD_SERVER = r"""
+import hashlib, http.server
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def _send(self, body, ctype="text/plain"):
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Seen-Host", self.headers.get("X-Forwarded-Host", ""))
+        self.send_header("X-Seen-For", self.headers.get("X-Forwarded-For", ""))
+        self.send_header("X-Seen-Auth", self.headers.get("Authorization", "none"))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        if self.path.startswith("/big"):
+            n = int(self.path.split("=")[1])
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            block = bytes(range(256)) * 256
+            while n > 0:
+                chunk = block[:min(n, len(block))]
+                self.wfile.write(chunk)
+                n -= len(chunk)
+            return
+        self._send(("path=" + self.path).encode())
+    def do_POST(self):
+        h = hashlib.sha256()
+        total = 0
+        if self.headers.get("Transfer-Encoding", "") == "chunked":
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                data = self.rfile.read(size)
+                self.rfile.readline()
+                h.update(data)
+                total += len(data)
+        else:
+            left = int(self.headers.get("Content-Length", "0"))
+            while left > 0:
+                data = self.rfile.read(min(left, 1 << 20))
+                h.update(data)
+                total += len(data)
+                left -= len(data)
+        self._send(f"{total} {h.hexdigest()}".encode())
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"""
+
+
+def server(c, **extra):
+    s = c.create("python", args=["python3", "-c", UPLOAD_SERVER], ports=[8080], **extra)
+    deadline = time.monotonic() + 20
+    while c.get(f"/sandboxes/{s['id']}/proxy/ping").status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    return s
+
+
+def test_get_with_path_query_and_forwarded_headers(sbx):
+    s = server(sbx)
+    r = sbx.get(f"/sandboxes/{s['name']}/proxy/a/b%20c", params={"x": "1", "y": "two words"})
+    assert r.status_code == 200
+    assert r.text == "path=/a/b%20c?x=1&y=two%20words"
+    assert r.headers["x-seen-host"].startswith("127.0.0.1")
+    assert r.headers["x-seen-for"] == "127.0.0.1"
+    assert r.headers["x-seen-auth"] == "none"  # the daemon's token never reaches the sandbox
+
+
+def test_twenty_megabytes_down_and_up(sbx):
+    s = server(sbx)
+    n = 20 << 20
+    got = hashlib.sha256()
+    size = 0
+    with sbx.stream("GET", f"/sandboxes/{s['id']}/proxy/big", params={"n": str(n)},
+                    timeout=120) as r:
+        assert r.status_code == 200
+        for part in r.iter_bytes():
+            got.update(part)
+            size += len(part)
+    block = bytes(range(256)) * 256
+    want = hashlib.sha256()
+    left = n
+    while left > 0:
+        want.update(block[:min(left, len(block))])
+        left -= min(left, len(block))
+    assert size == n and got.hexdigest() == want.hexdigest()
+    data = os.urandom(20 << 20)
+    r = sbx.post(f"/sandboxes/{s['id']}/proxy/up", content=data, timeout=120)
+    assert r.text == f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+    def chunks():
+        for i in range(0, len(data), 1 << 20):
+            yield data[i:i + (1 << 20)]
+    r = sbx.post(f"/sandboxes/{s['id']}/proxy/up", content=chunks(), timeout=120)
+    assert r.text == f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def test_private_needs_the_owners_token_public_does_not(sbx_daemon, sbx, sbx_user):
+    s = server(sbx)
+    url = f"{sbx_daemon.url}/sandboxes/{s['id']}/proxy/x"
+    r = httpx.get(url)
+    assert r.status_code == 401 and r.headers["www-authenticate"].lower().startswith("bearer")
+    bob = sbx_user("bob")
+    assert bob.get(f"/sandboxes/{s['id']}/proxy/x").status_code == 404
+    sbx.patch(f"/sandboxes/{s['id']}", json={"public": True})
+    assert httpx.get(url).text == "path=/x"
+    assert bob.get(f"/sandboxes/{s['id']}/proxy/x").text == "path=/x"
+    # public opens the proxy only
+    assert httpx.get(f"{sbx_daemon.url}/sandboxes/{s['id']}").status_code == 401
+    assert bob.post(f"/sandboxes/{s['id']}/execute", json={"code": "id"}).status_code == 404
+
+
+def test_nothing_listening_is_a_clear_502(sbx):
+    s = sbx.create("busybox")
+    r = sbx.get(f"/sandboxes/{s['id']}/proxy/", params={"port": "9999"})
+    assert r.status_code == 502 and r.json()["code"] == "bad_gateway"
+    assert "9999" in r.json()["detail"]
+    r = sbx.get(f"/sandboxes/{s['id']}/proxy/")  # no port known at all
+    assert r.status_code == 502
