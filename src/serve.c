@@ -54,6 +54,7 @@ struct serve_opts {
     const char *bridge;
     const char *nft_table;
     const char *default_network;
+    const char *vhost;
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT };
@@ -120,6 +121,8 @@ static const struct opt_def {
     {"default-network", "SANDBOXER_DEFAULT_NETWORK", "none", OPT_STR,
      offsetof(struct serve_opts, default_network),
      "egress of a sandbox that does not ask: none (no traffic out) or open (NAT)"},
+    {"vhost", "SANDBOXER_VHOST", "", OPT_STR, offsetof(struct serve_opts, vhost),
+     "domain whose subdomains <name>[-<port>].<vhost> reach sandboxes (see caddy-config)"},
 };
 
 static void usage(FILE *f)
@@ -373,6 +376,7 @@ static int run(const struct serve_opts *o, err_t *err)
         .max_connections = (unsigned)o->max_connections,
         .conn_timeout_s = (unsigned)o->conn_timeout,
         .shutdown_timeout_s = (unsigned)o->shutdown_timeout,
+        .vhost = none_to_null(o->vhost),
     };
     if (!(d.api = api_start(&cfg, d.store, d.sbx, d.images, err))) {
         daemon_close(&d, true);

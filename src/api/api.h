@@ -18,6 +18,7 @@ struct api_config {
     unsigned max_connections;    /* concurrent connections */
     unsigned conn_timeout_s;     /* idle connection timeout */
     unsigned shutdown_timeout_s; /* how long a stop waits for in-flight requests */
+    const char *vhost;           /* "example.com": <name>[-<port>].example.com is proxied */
 };
 
 typedef struct api api_t;

@@ -91,6 +91,7 @@ struct api_req {
     void *ctx;                   /* a streaming route's state */
     void (*ctx_free)(void *ctx); /* called when the request ends */
     err_t stream_err;            /* the first failure of begin/chunk, replied at the end */
+    int vhost_port;              /* a port named by the subdomain (<name>-<port>.<vhost>) */
 };
 
 /* The route parameter name as a new string, or NULL if the route has none. */

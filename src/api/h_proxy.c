@@ -147,6 +147,8 @@ int h_proxy_begin(api_req_t *r, err_t *err)
     const char *q = api_query(r, "port");
     if (q && !parse_int(q, 1, 65535, &port))
         return err_set(err, ERR_INVALID, 0, "invalid_query", "port must be 1-65535");
+    if (!port)
+        port = r->vhost_port;
     struct sbx_target t;
     if (sbx_proxy_target(r->api->sbx, r->authed ? &r->user : NULL, key, (int)port, &t, err) < 0)
         return -1;

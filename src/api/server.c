@@ -1,5 +1,6 @@
 /* libmicrohttpd glue: sockets, the per-request state machine, limits, logging. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -180,10 +181,46 @@ static bool declared_too_large(api_req_t *r)
 }
 
 /* Checks that need only the request line and headers: route, auth, declared size. */
+/*
+ * With --vhost, a request for <name>.<vhost> or <name>-<port>.<vhost> is the proxy of
+ * sandbox <name>: its path is rewritten to /sandboxes/<name>/proxy/<path>.
+ */
+static void route_vhost(api_req_t *r)
+{
+    const char *vhost = r->api->cfg.vhost;
+    const char *host = api_header(r, MHD_HTTP_HEADER_HOST);
+    if (!vhost || !host)
+        return;
+    size_t hl = strcspn(host, ":"), vl = strlen(vhost);
+    if (hl <= vl + 1 || host[hl - vl - 1] != '.' || strncasecmp(host + hl - vl, vhost, vl) != 0)
+        return;
+    char label[64];
+    size_t ll = hl - vl - 1;
+    if (ll >= sizeof(label))
+        return;
+    for (size_t i = 0; i < ll; i++) {
+        char c = (char)tolower((unsigned char)host[i]);
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+            return; /* not one DNS label of a name: not ours */
+        label[i] = c;
+    }
+    label[ll] = '\0';
+    char *dash = strrchr(label, '-');
+    long long port;
+    if (dash && parse_int(dash + 1, 1, 65535, &port)) {
+        *dash = '\0';
+        r->vhost_port = (int)port;
+    }
+    char *path = xasprintf("/sandboxes/%s/proxy%s", label, r->path);
+    free(r->path);
+    r->path = path;
+}
+
 static void on_headers(api_req_t *r)
 {
     err_t err = {0};
     bool known;
+    route_vhost(r);
     size_t len = strlen(r->path);
     if (atomic_load(&r->api->draining)) {
         err_set(&err, ERR_UNAVAILABLE, 0, "shutting_down", "the daemon is shutting down");

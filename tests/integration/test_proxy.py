@@ -128,3 +128,83 @@ def test_nothing_listening_is_a_clear_502(sbx):
     assert "9999" in r.json()["detail"]
     r = sbx.get(f"/sandboxes/{s['id']}/proxy/")  # no port known at all
     assert r.status_code == 502
+
+
+def vhost_daemon(tmp_path, registry_url):
+    from conftest import TOKEN_RE, Daemon, Sandboxes
+    d = Daemon(str(tmp_path / "d"), ["--registry-mirror", registry_url, "--vhost", "sbx.test"])
+    os.makedirs(d.workdir, exist_ok=True)
+    d.start()
+    return d, Sandboxes(d.url, TOKEN_RE.search(d.stdout()).group(0))
+
+
+def test_subdomains_reach_the_sandbox(registry_url, tmp_path):
+    d, c = vhost_daemon(tmp_path, registry_url)
+    try:
+        s = server(c, public=True)
+        r = httpx.get(d.url + "/hi?a=1", headers={"Host": f"{s['name']}.sbx.test"})
+        assert r.status_code == 200 and r.text == "path=/hi?a=1"
+        r = httpx.get(d.url + "/p", headers={"Host": f"{s['name']}-8080.sbx.test"})
+        assert r.text == "path=/p"
+        r = httpx.get(d.url + "/p", headers={"Host": f"{s['name']}-9999.sbx.test"})
+        assert r.status_code == 502
+        # the API itself is unchanged on other hosts
+        assert httpx.get(d.url + "/healthz").json()["status"] == "ok"
+    finally:
+        c.cleanup()
+        d.kill()
+
+
+def test_caddy_with_tls_internal_serves_a_sandbox_subdomain(registry_url, tmp_path):
+    import shutil
+    import socket
+    import subprocess
+    from conftest import free_port
+    d, c = vhost_daemon(tmp_path, registry_url)
+    caddy = None
+    try:
+        s = server(c, public=True)
+        http_port, https_port = free_port(), free_port()
+        store = tmp_path / "caddy"
+        caddyfile = tmp_path / "Caddyfile"
+        caddyfile.write_text(
+            "{\n\tadmin off\n\tlocal_certs\n\tskip_install_trust\n"
+            f"\thttp_port {http_port}\n\thttps_port {https_port}\n"
+            f"\tstorage file_system {store}\n}}\n"
+            f"*.sbx.test {{\n\ttls internal\n\treverse_proxy 127.0.0.1:{d.port}\n}}\n")
+        env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"),
+                   XDG_CONFIG_HOME=str(tmp_path / "config"))
+        log = open(tmp_path / "caddy.log", "wb")
+        caddy = subprocess.Popen(["caddy", "run", "--config", str(caddyfile), "--adapter",
+                                  "caddyfile"], env=env, stdout=log, stderr=log)
+        root = store / "pki" / "authorities" / "local" / "root.crt"
+        host = f"{s['name']}.sbx.test"
+        deadline = time.monotonic() + 30
+        out = None
+        while time.monotonic() < deadline:
+            if root.exists():
+                out = subprocess.run(
+                    ["curl", "-sS", "--max-time", "5", "--resolve",
+                     f"{host}:{https_port}:127.0.0.1", "--cacert", str(root),
+                     f"https://{host}:{https_port}/through-caddy"],
+                    capture_output=True, text=True, timeout=20)
+                if out.returncode == 0:
+                    break
+            time.sleep(0.3)
+        assert out is not None and out.returncode == 0, (out, (tmp_path / "caddy.log").read_text()[-2000:])
+        assert out.stdout == "path=/through-caddy"
+    finally:
+        if caddy:
+            caddy.terminate()
+            caddy.wait(timeout=20)
+        c.cleanup()
+        d.kill()
+
+
+def test_caddy_config_prints_a_wildcard_site(sbx_daemon):
+    import subprocess
+    from conftest import BIN
+    out = subprocess.run([BIN, "caddy-config", "--vhost", "sbx.example.com"],
+                         capture_output=True, text=True, timeout=10).stdout
+    assert "*.sbx.example.com" in out and "reverse_proxy 127.0.0.1:8000" in out
+    assert "dns cloudflare" in out and "xcaddy" in out
