@@ -64,7 +64,7 @@ int upstream_write(int fd, const void *p, size_t n, err_t *err)
     return 0;
 }
 
-static int parse_head(struct upstream_head *h, err_t *err)
+int upstream_parse_head(struct upstream_head *h, err_t *err)
 {
     const char *s = h->raw.data;
     if (strncmp(s, "HTTP/1.", 7) != 0 || h->raw.len < 12 || s[8] != ' ')
@@ -105,7 +105,7 @@ int upstream_read_head(int fd, int timeout_ms, struct upstream_head *h, err_t *e
         char *end = strstr(h->raw.data, "\r\n\r\n");
         if (end) {
             h->head_len = (size_t)(end - h->raw.data) + 4;
-            return parse_head(h, err);
+            return upstream_parse_head(h, err);
         }
         if (h->raw.len > HEAD_MAX)
             return err_set(err, ERR_BAD_GATEWAY, 0, "bad_gateway",

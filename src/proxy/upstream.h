@@ -24,6 +24,8 @@ struct upstream_head {
 
 /* Read and parse the response head (at most 64 KiB, timeout_ms); ERR_RUNTIME "bad_gateway". */
 int upstream_read_head(int fd, int timeout_ms, struct upstream_head *h, err_t *err);
+/* Parse h->raw (its first head_len bytes: a complete head) into status, length, chunked. */
+int upstream_parse_head(struct upstream_head *h, err_t *err);
 /* Call fn(name, value) for each header line of h (value trimmed); names as sent. */
 void upstream_each_header(const struct upstream_head *h,
                           void (*fn)(void *ctx, const char *name, const char *value), void *ctx);
