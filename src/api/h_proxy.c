@@ -5,6 +5,9 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +23,7 @@
 
 struct proxy {
     int fd;
+    bool websocket;    /* an Upgrade: websocket request, passed through as bytes after 101 */
     bool chunked_body; /* the request body goes out chunk-encoded */
     struct upstream_head head;
 };
@@ -136,7 +140,15 @@ static void request_head(api_req_t *r, const char *path, struct proxy *p, buf_t 
         buf_printf(b, "Content-Length: %s\r\n", cl);
     else if (te && strcasestr(te, "chunked"))
         p->chunked_body = true, buf_puts(b, "Transfer-Encoding: chunked\r\n");
-    buf_puts(b, "Connection: close\r\n\r\n");
+    buf_puts(b, p->websocket ? "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+                             : "Connection: close\r\n\r\n");
+}
+
+static bool wants_websocket(api_req_t *r)
+{
+    const char *up = api_header(r, MHD_HTTP_HEADER_UPGRADE);
+    const char *conn = api_header(r, MHD_HTTP_HEADER_CONNECTION);
+    return up && strcasecmp(up, "websocket") == 0 && conn && strcasestr(conn, "upgrade");
 }
 
 int h_proxy_begin(api_req_t *r, err_t *err)
@@ -154,6 +166,7 @@ int h_proxy_begin(api_req_t *r, err_t *err)
         return -1;
     struct proxy *p = xcalloc(1, sizeof(*p));
     p->fd = -1;
+    p->websocket = wants_websocket(r);
     r->ctx = p;
     r->ctx_free = proxy_free;
     if ((p->fd = upstream_connect(t.ip, t.port, 5000, err)) < 0)
@@ -233,6 +246,100 @@ static void copy_header(void *ctx, const char *name, const char *value)
         MHD_add_response_header(ctx, name, value);
 }
 
+/* A WebSocket after its 101: bytes both ways until either side closes. */
+struct tunnel {
+    int up;      /* to the sandbox */
+    buf_t early; /* bytes the sandbox sent right after its 101 */
+    int client;
+    struct MHD_UpgradeResponseHandle *urh;
+};
+
+static bool send_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            if (poll(&pf, 1, 60000) != 1)
+                return false;
+            continue;
+        }
+        if (w <= 0)
+            return false;
+        p += w, n -= (size_t)w;
+    }
+    return true;
+}
+
+static void *tunnel_main(void *arg)
+{
+    struct tunnel *t = arg;
+    bool ok = t->early.len == 0 || send_all(t->client, t->early.data, t->early.len);
+    char chunk[65536];
+    while (ok) {
+        struct pollfd pf[2] = {{t->client, POLLIN, 0}, {t->up, POLLIN, 0}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2 && ok; i++) {
+            if (!pf[i].revents)
+                continue;
+            ssize_t n = recv(pf[i].fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            ok = n > 0 && send_all(i ? t->client : t->up, chunk, (size_t)n);
+        }
+    }
+    close(t->up);
+    MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
+    buf_free(&t->early);
+    free(t);
+    return NULL;
+}
+
+static void on_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra_in,
+                        size_t extra_in_size, MHD_socket sock,
+                        struct MHD_UpgradeResponseHandle *urh)
+{
+    (void)conn, (void)req_cls;
+    struct tunnel *t = cls;
+    t->client = sock;
+    t->urh = urh;
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if ((extra_in_size && !send_all(t->up, extra_in, extra_in_size)) ||
+        pthread_create(&th, &attr, tunnel_main, t) != 0) {
+        close(t->up);
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        buf_free(&t->early);
+        free(t);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* The sandbox said 101: answer 101 with its headers and hand both sockets to a tunnel. */
+static int reply_upgrade(api_req_t *r, struct proxy *p)
+{
+    struct tunnel *t = xcalloc(1, sizeof(*t));
+    t->up = p->fd;
+    buf_append(&t->early, p->head.raw.data + p->head.head_len, p->head.raw.len - p->head.head_len);
+    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgraded, t);
+    if (!resp) {
+        buf_free(&t->early);
+        free(t);
+        return -1;
+    }
+    p->fd = -1; /* the tunnel owns it now */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
+    upstream_each_header(&p->head, copy_header, resp);
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    r->resp = resp;
+    r->status = MHD_HTTP_SWITCHING_PROTOCOLS;
+    return 0;
+}
+
 int h_proxy(api_req_t *r, err_t *err)
 {
     struct proxy *p = r->ctx;
@@ -241,6 +348,11 @@ int h_proxy(api_req_t *r, err_t *err)
     if (upstream_read_head(p->fd, 60000, &p->head, err) < 0) {
         err->kind = ERR_BAD_GATEWAY;
         return -1;
+    }
+    if (p->websocket && p->head.status == 101) {
+        if (reply_upgrade(r, p) == 0)
+            return 0;
+        return err_set(err, ERR_INTERNAL, 0, "internal", "cannot pass the WebSocket on");
     }
     struct relay *rl = xcalloc(1, sizeof(*rl));
     rl->fd = p->fd;

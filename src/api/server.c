@@ -391,7 +391,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 static struct MHD_Daemon *start_daemon(api_t *api, int fd)
 {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE;
     return MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_LISTEN_SOCKET, fd,
                             MHD_OPTION_CONNECTION_LIMIT, api->cfg.max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, api->cfg.conn_timeout_s,

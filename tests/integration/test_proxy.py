@@ -208,3 +208,80 @@ def test_caddy_config_prints_a_wildcard_site(sbx_daemon):
                          capture_output=True, text=True, timeout=10).stdout
     assert "*.sbx.example.com" in out and "reverse_proxy 127.0.0.1:8000" in out
     assert "dns cloudflare" in out and "xcaddy" in out
+
+
+WS_ECHO = r"""
+import base64, hashlib, socket, struct, threading
+GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+def recv_exact(c, n):
+    b = b""
+    while len(b) < n:
+        d = c.recv(n - len(b))
+        if not d:
+            raise EOFError
+        b += d
+    return b
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    key = [l.split(b":", 1)[1].strip() for l in head.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key")][0]
+    acc = base64.b64encode(hashlib.sha1(key + GUID.encode()).digest())
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+    try:
+        while True:
+            b0, b1 = recv_exact(c, 2)
+            n = b1 & 127
+            if n == 126:
+                n = struct.unpack("!H", recv_exact(c, 2))[0]
+            elif n == 127:
+                n = struct.unpack("!Q", recv_exact(c, 8))[0]
+            mask = recv_exact(c, 4)
+            data = bytes(x ^ mask[i % 4] for i, x in enumerate(recv_exact(c, n)))
+            if b0 & 15 == 8:
+                break
+            reply = b"echo:" + data
+            c.sendall(bytes([0x81, len(reply)]) + reply)
+    except EOFError:
+        pass
+    c.close()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080))
+s.listen()
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
+
+
+def test_websocket_through_the_proxy(sbx_daemon, sbx):
+    import base64
+    import socket
+    s = sbx.create("python", args=["python3", "-c", WS_ECHO], ports=[8080])
+    key = base64.b64encode(os.urandom(16)).decode()
+    deadline = time.monotonic() + 20
+    while True:
+        c = socket.create_connection(("127.0.0.1", sbx_daemon.port), timeout=10)
+        c.sendall((f"GET /sandboxes/{s['id']}/proxy/ws HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: Bearer {sbx_daemon.admin_token}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                   "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            part = c.recv(4096)
+            if not part:
+                break
+            head += part
+        if head.startswith(b"HTTP/1.1 101"):
+            break
+        c.close()
+        assert time.monotonic() < deadline, head[:300]
+        time.sleep(0.3)
+    assert b"sec-websocket-accept" in head.lower()
+    for msg in (b"hello", b"second message"):
+        mask = os.urandom(4)
+        c.sendall(bytes([0x81, 0x80 | len(msg)]) + mask +
+                  bytes(b ^ mask[i % 4] for i, b in enumerate(msg)))
+        frame = c.recv(4096)
+        assert frame[0] == 0x81 and frame[2:2 + frame[1]] == b"echo:" + msg
+    c.close()
