@@ -224,9 +224,9 @@ int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int po
     snprintf(out->ip, sizeof(out->ip), "%s", r.ip_address);
     store_sandbox_touch(m->store, r.id);
     store_sandbox_rec_clear(&r);
-    out->port = port > 0 ? port : dflt;
+    out->port = port > 0 ? port : dflt > 0 ? dflt : sbx_listening_port(m, &owner, out->id);
     if (out->port <= 0)
         return err_set(err, ERR_BAD_GATEWAY, 0, "bad_gateway",
-                       "no port to proxy to: give ?port=, or create the sandbox with ports");
+                       "no port to proxy to: nothing listens, no ?port=, no ports at create");
     return 0;
 }

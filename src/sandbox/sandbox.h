@@ -188,7 +188,8 @@ struct sbx_target {
 /*
  * The sandbox key's address and port for the proxy: the caller's own sandbox, or anyone's
  * public one (caller may be NULL: no token). port > 0 is asked for; else the create-time
- * ports, else the image's ExposedPorts. A hibernated sandbox wakes first.
+ * ports, else the image's ExposedPorts, else the first port listening on all addresses in
+ * the sandbox. A hibernated sandbox wakes first.
  */
 int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
                      struct sbx_target *out, err_t *err);

@@ -84,6 +84,8 @@ int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *
                   err_t *err);
 /* Wake a hibernated sandbox of owner before using it (no-op otherwise). */
 int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
+/* The first TCP port listening on all addresses in owner's sandbox key, or 0. */
+int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key);
 /* Record an event of sandbox id for its owner (data is stolen; may be NULL). */
 void sbx_event(sbx_mgr_t *m, const char *id, const char *type, json_t *data);
 /* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */

@@ -285,3 +285,12 @@ def test_websocket_through_the_proxy(sbx_daemon, sbx):
         frame = c.recv(4096)
         assert frame[0] == 0x81 and frame[2:2 + frame[1]] == b"echo:" + msg
     c.close()
+
+
+def test_without_a_port_the_listening_one_is_found(sbx):
+    s = sbx.create("python", args=["python3", "-c", UPLOAD_SERVER])  # no ports, no ExposedPorts
+    deadline = time.monotonic() + 20
+    while (r := sbx.get(f"/sandboxes/{s['id']}/proxy/found")).status_code != 200:
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.2)
+    assert r.text == "path=/found"
