@@ -74,6 +74,14 @@ SCRIPT_ARGS = {
         ("--keep-criu-logs", dict(metavar="DIR", help="copy CRIU's dump.log/restore.log "
                                   "of every Sandboxer operation into DIR")),
     ],
+    "proxy": [
+        ("--n-small", dict(type=int, default=500,
+                           help="1 KiB GETs per path (proxy, direct)")),
+        ("--n-big", dict(type=int, default=5, help="big downloads per path and client")),
+        ("--big-mb", dict(type=int, default=100, help="MB of the big file (default 100)")),
+        ("--proxy-warmup", dict(type=int, default=50,
+                                help="untimed small GETs per path before the series")),
+    ],
 }
 
 
@@ -169,8 +177,9 @@ class Sandboxer:
     """The daemon under test, on a free loopback port with its own state dir under workdir,
     and the sandboxes and snapshots made through it."""
 
-    def __init__(self, binary, workdir, registry_url, log_level):
+    def __init__(self, binary, workdir, registry_url, log_level, extra_args=()):
         self.binary = binary
+        self.extra_args = list(extra_args)
         self.workdir = workdir
         self.state_dir = os.path.join(workdir, "state")
         self.registry_url = registry_url
@@ -189,7 +198,7 @@ class Sandboxer:
         url = f"http://127.0.0.1:{port}"
         args = [self.binary, "serve", "--listen", f"127.0.0.1:{port}", "--socket", "none",
                 "--state-dir", self.state_dir, "--registry-mirror", self.registry_url,
-                "--log-level", self.log_level]
+                "--log-level", self.log_level] + self.extra_args
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # its own session: a Ctrl-C reaches only this script, which then deletes the
             # sandboxes through the daemon before stopping it
@@ -357,6 +366,31 @@ def sweep_state(state_dir):
         if re.fullmatch(r"[0-9a-f]{32,64}", sid) and os.path.isdir(ckpt):
             log(f"cleanup: fork checkpoint {ckpt} was left; removing it")
             shutil.rmtree(ckpt, ignore_errors=True)
+
+
+class OwnNetwork:
+    """A bridge, nftables table and subnet of this run only (serve's --bridge, --nft-table,
+    --subnet), so that a daemon whose sandboxes are reached over the network stays apart from
+    any other daemon on the host; cleanup() removes the bridge and the table (register it
+    before the daemon's cleanup: it runs after the daemon stopped)."""
+
+    def __init__(self, tag):
+        self.bridge = f"sbb{os.getpid() % 100000}"
+        self.table = f"sbxbench_{tag}_{os.getpid()}"
+        used = run(["ip", "-4", "route", "show"], check=False, text=True).stdout
+        for second in list(range(200, 250)) + list(range(100, 150)):
+            if f"10.{second}." not in used:
+                self.subnet = f"10.{second}.0.0/16"
+                break
+        else:
+            raise RuntimeError("no free 10.x.0.0/16 subnet for the benchmark's bridge")
+
+    def args(self):
+        return ["--bridge", self.bridge, "--nft-table", self.table, "--subnet", self.subnet]
+
+    def cleanup(self):
+        run(["nft", "delete", "table", "inet", self.table], check=False)
+        run(["ip", "link", "del", self.bridge], check=False)
 
 
 # ---------------------------------------------------------------- podman
