@@ -78,3 +78,23 @@ def test_no_network_pieces_left_after_delete(sbx_daemon, sbx):
     rules = subprocess.run(["nft", "list", "table", "inet", sbx_daemon.table],
                            capture_output=True, text=True).stdout
     assert s["ip_address"] not in rules
+
+
+def test_no_network_pieces_left_after_a_restart(sbx_daemon, sbx):
+    keep = sbx.create("busybox")
+    gone = sbx.create("busybox")
+    sbx.delete(f"/sandboxes/{gone['id']}")
+    assert sbx_daemon.stop() == 0
+    sbx_daemon.start()
+    links = subprocess.run(["ip", "-o", "link", "show", "master", sbx_daemon.bridge],
+                           capture_output=True, text=True).stdout.strip().splitlines()
+    assert len(links) == 1  # only the sandbox that still exists
+    rules = subprocess.run(["nft", "list", "table", "inet", sbx_daemon.table],
+                           capture_output=True, text=True).stdout
+    assert keep["ip_address"] in rules and gone["ip_address"] not in rules
+    assert sorted(os.listdir(os.path.join(sbx_daemon.state_dir, "netns"))) == [keep["id"]]
+    c = type(sbx)(sbx_daemon.url, sbx_daemon.admin_token)
+    try:
+        assert c.sh(keep["id"], "ip -4 addr show eth0")["stdout"].count(keep["ip_address"]) == 1
+    finally:
+        c.close()

@@ -294,3 +294,21 @@ def test_without_a_port_the_listening_one_is_found(sbx):
         assert time.monotonic() < deadline, r.text
         time.sleep(0.2)
     assert r.text == "path=/found"
+
+
+def test_busybox_httpd_through_the_path_and_a_subdomain(registry_url, tmp_path):
+    d, c = vhost_daemon(tmp_path, registry_url)
+    try:
+        s = c.create("busybox", args=["sh", "-c", "mkdir -p /www && echo it-works > /www/index.html"
+                                      " && exec httpd -f -p 80 -h /www"], ports=[80])
+        deadline = time.monotonic() + 20
+        while (r := c.get(f"/sandboxes/{s['id']}/proxy/index.html")).status_code != 200:
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.2)
+        assert r.text == "it-works\n"
+        r = httpx.get(d.url + "/index.html", headers={"Host": f"{s['name']}.sbx.test",
+                                                      "Authorization": f"Bearer {c.token}"})
+        assert r.status_code == 200 and r.text == "it-works\n"
+    finally:
+        c.cleanup()
+        d.kill()
