@@ -251,11 +251,7 @@ def main():
                          "samples": timed_loop("podman create", args.n_create_podman, 2,
                                                args.phase_timeout, pm.timed_create)})
     except (Exception, KeyboardInterrupt, Interrupted) as e:
-        session.disarm()
-        failed = e
-        log(f"stopped: {type(e).__name__}: {e}")
-        if sbx is not None and not isinstance(e, (KeyboardInterrupt, Interrupted)):
-            log("daemon log tail:\n" + sbx.tail())
+        failed = session.stopped(e, sbx)
     finally:
         session.close()
 

@@ -480,11 +480,7 @@ def main():
                    args.n_podman, warm, budget, pm.hibernate_op(src, want))
             pm.delete(src)
     except (Exception, KeyboardInterrupt, Interrupted) as e:
-        session.disarm()
-        failed = e
-        log(f"stopped: {type(e).__name__}: {e}")
-        if sbx is not None and not isinstance(e, (KeyboardInterrupt, Interrupted)):
-            log("daemon log tail:\n" + sbx.tail())
+        failed = session.stopped(e, sbx)
     finally:
         session.close()
 

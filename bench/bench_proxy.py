@@ -250,11 +250,7 @@ def main():
         cpu["big curl"] = (cpu_seconds(pid) - c0) / max(1, len(got["proxy"]) + 1)
         big["curl"] = {k: [args.big_mb / s for s in v] for k, v in got.items()}
     except (Exception, KeyboardInterrupt, Interrupted) as e:
-        session.disarm()
-        failed = e
-        log(f"stopped: {type(e).__name__}: {e}")
-        if sbx is not None and not isinstance(e, (KeyboardInterrupt, Interrupted)):
-            log("daemon log tail:\n" + sbx.tail())
+        failed = session.stopped(e, sbx)
     finally:
         session.close()
 

@@ -437,6 +437,15 @@ class Session:
     workdir, and cleanups that run in reverse order of registration with signals ignored,
     then the workdir's mounts and the workdir go."""
 
+    def stopped(self, e, sbx):
+        """A run ended by e: stop the time limits, say why (with the daemon's log tail when
+        it is not an interruption) and return e for the caller's summary."""
+        self.disarm()
+        log(f"stopped: {type(e).__name__}: {e}")
+        if sbx is not None and not isinstance(e, (KeyboardInterrupt, Interrupted)):
+            log("daemon log tail:\n" + sbx.tail())
+        return e
+
     def __init__(self, total_timeout):
         def on_signal(signum, frame):
             raise Interrupted(f"signal {signum}")
