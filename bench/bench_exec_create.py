@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from common import (PODMAN_OPTS, Interrupted, Podman, Sandboxer, Session, check_prerequisites,
+from common import (PODMAN_OPTS, Interrupted, Podman, Session, check_prerequisites,
                     keep_log_cleanup, log, machine_info, parser, percentile, print_header,
                     registry, run, timed_loop)
 
@@ -192,13 +192,7 @@ def main():
         build = registry._build_module()
         layout = build.ensure("busybox")
         log(f"busybox layout: {layout}")
-        os.makedirs(os.path.join(workdir, "registry"))
-        reg = registry.start_registry(workdir=os.path.join(workdir, "registry"))
-        session.on_cleanup("registry", reg.stop)
-        registry.push_test_images(reg, names=("hello-world", "busybox"))
-        sbx = Sandboxer(args.bin, os.path.join(workdir, "sandboxer"), reg.url, args.log_level)
-        session.on_cleanup("sandboxer", sbx.cleanup)
-        sbx.start()
+        reg, sbx = session.start_sandboxer(args, "exec", names=("hello-world", "busybox"))
         rc = Runc(layout, os.path.join(workdir, "runc"), prefix)
         session.on_cleanup("runc", rc.cleanup)
         if not args.no_podman:

@@ -37,7 +37,7 @@ import shutil
 import sys
 import time
 
-from common import (CKPT_TMP, PODMAN_OPTS, ROOT, Interrupted, Podman, Sandboxer, Session,
+from common import (CKPT_TMP, PODMAN_OPTS, ROOT, Interrupted, Podman, Session,
                     TotalTimeout, check_prerequisites, keep_log_cleanup, log, machine_info,
                     parser, percentile, print_header, registry, run, timed_run)
 
@@ -411,13 +411,7 @@ def main():
         build = registry._build_module()
         layout = build.ensure("python")
         log(f"python layout: {layout}")
-        os.makedirs(os.path.join(workdir, "registry"))
-        reg = registry.start_registry(workdir=os.path.join(workdir, "registry"))
-        session.on_cleanup("registry", reg.stop)
-        registry.push_test_images(reg, names=(), python=True)
-        sbx = Sandboxer(args.bin, os.path.join(workdir, "sandboxer"), reg.url, args.log_level)
-        session.on_cleanup("sandboxer", sbx.cleanup)
-        sbx.start()
+        reg, sbx = session.start_sandboxer(args, "fork", python=True)
         if not args.no_podman:
             pm = PodmanFork(layout, session.prefix, os.path.join(workdir, "podman"))
             os.makedirs(pm.workdir)

@@ -38,7 +38,7 @@ import time
 
 import httpx
 
-from common import (Interrupted, OwnNetwork, Sandboxer, Session, check_prerequisites,
+from common import (Interrupted, Session, check_prerequisites,
                     keep_log_cleanup, log, machine_info, parser, percentile, print_header,
                     registry, run, set_nodelay, timed_loop)
 
@@ -164,7 +164,6 @@ def main():
     check_prerequisites(args)
     info = machine_info(args.bin)
     session = Session(args.total_timeout)
-    workdir = session.workdir
     reg = sbx = failed = None
     session.on_cleanup("the daemon's log", keep_log_cleanup(lambda: sbx, args.keep_log))
     small = {}
@@ -175,16 +174,7 @@ def main():
     try:
         build = registry._build_module()
         log(f"python layout: {build.ensure('python')}")
-        os.makedirs(os.path.join(workdir, "registry"))
-        reg = registry.start_registry(workdir=os.path.join(workdir, "registry"))
-        session.on_cleanup("registry", reg.stop)
-        registry.push_test_images(reg, names=(), python=True)
-        net = OwnNetwork("proxy")
-        session.on_cleanup("bridge and nftables table", net.cleanup)
-        sbx = Sandboxer(args.bin, os.path.join(workdir, "sandboxer"), reg.url, args.log_level,
-                        extra_args=net.args())
-        session.on_cleanup("sandboxer", sbx.cleanup)
-        sbx.start()
+        reg, sbx = session.start_sandboxer(args, "proxy", python=True)
         auth = sbx.http.headers["Authorization"]
 
         log("sandboxer: creating the server sandbox (pulls the python image, untimed)")
@@ -196,7 +186,7 @@ def main():
         sbx.ids.add(sid)
         if not ip:
             raise RuntimeError(f"the create answer has no ip_address: {sandbox}")
-        log(f"sandbox {sid} at {ip} on {net.bridge} ({net.subnet})")
+        log(f"sandbox {sid} at {ip}")
         proxy_c = client(sbx.http.base_url, {"Authorization": auth})
         direct_c = client(f"http://{ip}:{PORT}")
         # a new connection per request, as the proxy makes towards the sandbox

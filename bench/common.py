@@ -437,6 +437,21 @@ class Session:
     workdir, and cleanups that run in reverse order of registration with signals ignored,
     then the workdir's mounts and the workdir go."""
 
+    def start_sandboxer(self, args, tag, names=(), python=False):
+        """A registry with the test images names (and python), and a daemon on its own
+        network that pulls from it; both are cleaned up with the session."""
+        os.makedirs(os.path.join(self.workdir, "registry"))
+        reg = registry.start_registry(workdir=os.path.join(self.workdir, "registry"))
+        self.on_cleanup("registry", reg.stop)
+        registry.push_test_images(reg, names=names, python=python)
+        net = OwnNetwork(tag)
+        self.on_cleanup("bridge and nftables table", net.cleanup)
+        sbx = Sandboxer(args.bin, os.path.join(self.workdir, "sandboxer"), reg.url,
+                        args.log_level, extra_args=net.args())
+        self.on_cleanup("sandboxer", sbx.cleanup)
+        sbx.start()
+        return reg, sbx
+
     def stopped(self, e, sbx):
         """A run ended by e: stop the time limits, say why (with the daemon's log tail when
         it is not an interruption) and return e for the caller's summary."""

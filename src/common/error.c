@@ -85,13 +85,3 @@ int err_prefix(err_t *err, const char *fmt, ...)
     err->msg[n + 2 + olen] = '\0';
     return -1;
 }
-
-void err_clear(err_t *err)
-{
-    if (err) {
-        err->kind = ERR_NONE;
-        err->errnum = 0;
-        err->code[0] = '\0';
-        err->msg[0] = '\0';
-    }
-}

@@ -39,8 +39,5 @@ int err_sys(err_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Prefix err's message with more context ("creating sandbox: ..."); returns -1. */
 int err_prefix(err_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Reset err to ERR_NONE. */
-void err_clear(err_t *err);
-
 /* The lowercase name of a kind ("invalid", "not_found", ...). */
 const char *err_kind_name(err_kind_t kind);

@@ -96,7 +96,7 @@ static bool descends(sbx_mgr_t *m, const sandbox_rec_t *final, const char *paren
 }
 
 /* Delete each victim already marked (intent delete); the final one stays. */
-static json_t *delete_victims(sbx_mgr_t *m, const char *const *victims, size_t n)
+static json_t *delete_victims(sbx_mgr_t *m, int64_t owner_id, const char *const *victims, size_t n)
 {
     json_t *done = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -107,7 +107,8 @@ static json_t *delete_victims(sbx_mgr_t *m, const char *const *victims, size_t n
         if (sbx_teardown(m, victims[i], true, &e) == 0 &&
             store_sandbox_set_deleted(m->store, victims[i], "coalesced", &e) == 0) {
             json_array_append_new(done, json_string(victims[i]));
-            sbx_event(m, victims[i], "deleted", json_pack("{s:s}", "reason", "coalesced"));
+            sbx_event(m, owner_id, victims[i], "deleted",
+                      json_pack("{s:s}", "reason", "coalesced"));
         } else
             log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i], e.msg);
         pthread_rwlock_unlock(&l->lock);
@@ -149,7 +150,7 @@ int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key, cons
         rc = store_sandbox_mark_coalesce(m->store, final.id, victims, nv, err);
     if (rc == 0) {
         sbx_fault_point("coalesce.after_mark");
-        json_t *done = delete_victims(m, victims, nv);
+        json_t *done = delete_victims(m, owner->id, victims, nv);
         json_t *fin = NULL;
         sbx_get(m, owner, final.id, &fin, err);
         json_object_set_new(fin, "message",
@@ -157,7 +158,7 @@ int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key, cons
                                          json_array_size(done)));
         json_object_set_new(fin, "terminated_sandboxes", done);
         *out = fin;
-        sbx_event(m, final.id, "coalesced",
+        sbx_event(m, owner->id, final.id, "coalesced",
                   json_pack("{s:s, s:O}", "parent_id", parent.id, "terminated_sandboxes", done));
         log_info("sandbox.coalesced", "parent=%s final=%s deleted=%zu", parent.id, final.id,
                  json_array_size(done));

@@ -309,7 +309,7 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
         log_info("sandbox.created", "sandbox=%s image=%s user=%s status=%s", r.id, r.image,
                  owner->name, r.status);
         *out = sbx_to_json(m, &r);
-        sbx_event(m, r.id, "created",
+        sbx_event(m, owner->id, r.id, "created",
                   json_pack("{s:s, s:s}", "image", r.image, "status", r.status));
     } else {
         sbx_live_remove(m, r.id);

@@ -209,9 +209,9 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
         log_info("sandbox.forked", "parent=%s child=%s memory_preserved=%d", parent.id, child.id,
                  memory);
         *out = clone_json(m, child.id, memory);
-        sbx_event(m, parent.id, "forked",
+        sbx_event(m, owner->id, parent.id, "forked",
                   json_pack("{s:s, s:b}", "child_id", child.id, "memory_preserved", memory));
-        sbx_event(m, child.id, "created",
+        sbx_event(m, owner->id, child.id, "created",
                   json_pack("{s:s, s:s}", "image", child.image, "parent_id", parent.id));
     }
     sbx_paths_free(&cp);
@@ -328,7 +328,8 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
         undo_clone(m, r.id);
     } else {
         *out = clone_json(m, r.id, snap.memory_preserved);
-        sbx_event(m, r.id, "created", json_pack("{s:s, s:s}", "image", r.image, "snapshot", name));
+        sbx_event(m, owner->id, r.id, "created",
+                  json_pack("{s:s, s:s}", "image", r.image, "snapshot", name));
     }
     sbx_paths_free(&p);
     store_sandbox_rec_clear(&r);

@@ -41,11 +41,12 @@ static void end_change(sbx_mgr_t *m, sandbox_rec_t *r, struct sbx_live *l)
 }
 
 /* The answer {id, status}, and the event of the change. */
-static json_t *status_json(sbx_mgr_t *m, const char *id, const char *status, const char *event)
+static json_t *status_json(sbx_mgr_t *m, const sandbox_rec_t *r, const char *status,
+                           const char *event)
 {
     if (event)
-        sbx_event(m, id, event, NULL);
-    return json_pack("{s:s, s:s}", "id", id, "status", status);
+        sbx_event(m, r->owner_id, r->id, event, NULL);
+    return json_pack("{s:s, s:s}", "id", r->id, "status", status);
 }
 
 int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, json_t **out,
@@ -68,7 +69,7 @@ int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, js
             rc = store_sandbox_set_status(m->store, r.id, to, NULL, false, 0, err);
     }
     if (rc == 0)
-        *out = status_json(m, r.id, to, changed ? (pause ? "paused" : "unpaused") : NULL);
+        *out = status_json(m, &r, to, changed ? (pause ? "paused" : "unpaused") : NULL);
     end_change(m, &r, l);
     return rc;
 }
@@ -131,7 +132,7 @@ int sbx_hibernate(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **o
     int rc = asleep ? 0 : hibernate_locked(m, &r, err);
     if (rc == 0) {
         log_info("sandbox.hibernated", "sandbox=%s", r.id);
-        *out = status_json(m, r.id, "hibernated", asleep ? NULL : "hibernated");
+        *out = status_json(m, &r, "hibernated", asleep ? NULL : "hibernated");
     }
     end_change(m, &r, l);
     return rc;
@@ -174,7 +175,7 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, e
         sbx_paths_free(&p);
     }
     if (rc == 0)
-        *out = status_json(m, r.id, "running", woke ? "woken" : NULL);
+        *out = status_json(m, &r, "running", woke ? "woken" : NULL);
     end_change(m, &r, l);
     return rc;
 }

@@ -20,13 +20,15 @@
 #include "store/store_events.h"
 #include "storage/storage.h"
 
-void sbx_event(sbx_mgr_t *m, const char *id, const char *type, json_t *data)
+void sbx_event(sbx_mgr_t *m, int64_t owner_id, const char *id, const char *type, json_t *data)
 {
     sandbox_rec_t r;
-    if (store_sandbox_get(m->store, -1, id, &r, NULL) == 0) {
-        store_event_add(m->store, r.owner_id, id, type, data);
+    if (owner_id < 0 && store_sandbox_get(m->store, -1, id, &r, NULL) == 0) {
+        owner_id = r.owner_id;
         store_sandbox_rec_clear(&r);
     }
+    if (owner_id >= 0)
+        store_event_add(m->store, owner_id, id, type, data);
     if (data)
         json_decref(data);
 }
@@ -105,7 +107,7 @@ int sbx_update(sbx_mgr_t *m, const user_t *owner, const char *key, const char *l
             json_object_set_new(*out, "label", json_string(label));
         if (is_public >= 0)
             json_object_set_new(*out, "public", json_boolean(is_public));
-        sbx_event(m, r.id, "updated", json_deep_copy(*out));
+        sbx_event(m, r.owner_id, r.id, "updated", json_deep_copy(*out));
     }
     store_sandbox_rec_clear(&r);
     return rc;
@@ -165,7 +167,7 @@ int sbx_delete(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out,
             rc = store_sandbox_set_deleted(m->store, r.id, "deleted", err);
         if (rc == 0) {
             log_info("sandbox.deleted", "sandbox=%s user=%s", r.id, owner->name);
-            sbx_event(m, r.id, "deleted", json_pack("{s:s}", "reason", "deleted"));
+            sbx_event(m, r.owner_id, r.id, "deleted", json_pack("{s:s}", "reason", "deleted"));
         }
     }
     pthread_rwlock_unlock(&l->lock);
@@ -200,7 +202,7 @@ static void finish_exit(sbx_mgr_t *m, const char *id, int code)
     if (sbx_teardown(m, id, false, &err) < 0)
         log_warn("sandbox.cleanup_failed", "sandbox=%s msg=\"%s\"", id, err.msg);
     log_info("sandbox.exited", "sandbox=%s exit_code=%d", id, code);
-    sbx_event(m, id, "exited", code >= 0 ? json_pack("{s:i}", "exit_code", code) : NULL);
+    sbx_event(m, -1, id, "exited", code >= 0 ? json_pack("{s:i}", "exit_code", code) : NULL);
 }
 
 void sbx_finish_exit(sbx_mgr_t *m, const char *id)

@@ -86,8 +86,8 @@ int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *
 int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* The first TCP port listening on all addresses in owner's sandbox key, or 0. */
 int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key);
-/* Record an event of sandbox id for its owner (data is stolen; may be NULL). */
-void sbx_event(sbx_mgr_t *m, const char *id, const char *type, json_t *data);
+/* Record an event of sandbox id for its owner (looked up when < 0); data is stolen. */
+void sbx_event(sbx_mgr_t *m, int64_t owner_id, const char *id, const char *type, json_t *data);
 /* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */
 void sbx_fault_point(const char *name);
 /* Record that the container of id ended (exit code from the shim) and release it. */

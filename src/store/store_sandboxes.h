@@ -75,8 +75,6 @@ int store_exec_list(store_t *s, const char *sandbox_id, int limit, bool newest_f
 int store_exec_logs(store_t *s, const char *sandbox_id, int64_t eid, int64_t start_id, int limit,
                     json_t **execution, json_t **logs, err_t *err);
 
-/* Set (or with NULL clear) the parent of id. */
-int store_sandbox_set_parent(store_t *s, const char *id, const char *parent_id, err_t *err);
 /*
  * Every row in the subtree rooted at root_id (root included, terminated ones too), parents
  * before children; a malloc'd array.

@@ -31,12 +31,6 @@ int store_sandbox_set_ip(store_t *s, const char *id, const char *ip, err_t *err)
     return set_text_column(s, "UPDATE sandboxes SET ip_address = ?2 WHERE id = ?1", id, ip, err);
 }
 
-int store_sandbox_set_parent(store_t *s, const char *id, const char *parent_id, err_t *err)
-{
-    return set_text_column(s, "UPDATE sandboxes SET parent_id = ?2 WHERE id = ?1", id, parent_id,
-                           err);
-}
-
 int store_sandbox_subtree(store_t *s, const char *root_id, sandbox_rec_t **out, size_t *n,
                           err_t *err)
 {

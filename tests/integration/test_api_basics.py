@@ -149,8 +149,7 @@ def test_configured_body_limit(tmp_path):
     d = Daemon(str(tmp_path), ["--body-limit", "1K"])
     try:
         d.start()
-        token = TOKEN_RE.search(d.stdout()).group(0)
-        c = Client(d.url, token)
+        c = Client(d.url, d.admin_token)
         assert_error(c.post("/auth/tokens", content=b"{" + b" " * 2000 + b"}"), 413)
         assert c.post("/auth/tokens", content=b"{" + b" " * 500 + b"}").status_code == 201
         c.close()

@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from conftest import TOKEN_RE, Daemon, Sandboxes, cleanup_state
+from conftest import Daemon, Sandboxes, cleanup_state
 from test_fork import ask, fork, server_sandbox
 
 
@@ -34,7 +34,6 @@ def on_btrfs(btrfs_dir, registry_url):
     d = Daemon(work, ["--registry-mirror", registry_url, "--storage-driver", "btrfs"])
     try:
         d.start()
-        d.admin_token = TOKEN_RE.search(d.stdout()).group(0)
         c = Sandboxes(d.url, d.admin_token)
         yield d, c
         c.cleanup()

@@ -6,7 +6,6 @@ import time
 
 import httpx
 
-from conftest import Sandboxes
 
 
 def test_put_get_delete_round_trip(sbx):

@@ -3,7 +3,6 @@
 The python test image runs a small server as the sandbox's main process: it holds a
 variable and DATA_MB of data in memory and answers one-line commands on 127.0.0.1:9000
 inside the sandbox. Checks talk to it from inside each sandbox through exec."""
-import json
 import os
 import subprocess
 import time
@@ -11,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from conftest import TOKEN_RE, Daemon, Sandboxes, leftover_cgroups
+from conftest import Daemon, Sandboxes
 
 SERVER = r"""
 import hashlib, os, socket, threading, time
@@ -249,7 +248,7 @@ def test_fork_without_criu_keeps_files_and_says_so(registry_url, tmp_path):
     d = Daemon(str(tmp_path), ["--registry-mirror", registry_url], env={"PATH": path})
     try:
         d.start()
-        c = Sandboxes(d.url, TOKEN_RE.search(d.stdout()).group(0))
+        c = Sandboxes(d.url, d.admin_token)
         try:
             sid = c.create("busybox")["id"]
             c.sh(sid, "echo file > /tmp/f")
@@ -288,8 +287,7 @@ def test_crash_mid_operation_leaves_nothing_half_made(registry_url, tmp_path, po
     d = Daemon(str(tmp_path), ["--registry-mirror", registry_url])
     try:
         d.start()
-        token = TOKEN_RE.search(d.stdout()).group(0)
-        c = Sandboxes(d.url, token)
+        c = Sandboxes(d.url, d.admin_token)
         parent = server_sandbox(c, data_mb=4)["id"]
         ask(c, parent, "set 5")
         kids = [fork(c, parent)["id"] for _ in range(2)] if op == "coalesce" else []

@@ -306,7 +306,7 @@ def test_reconcile_removes_strays(net):
 
 
 def test_spoofed_source_address_or_mac_is_dropped(net):
-    a1, a2, b1 = net.setup("a1", 1), net.setup("a2", 1), net.setup("b1", 2)
+    a1, a2, _ = net.setup("a1", 1), net.setup("a2", 1), net.setup("b1", 2)
     net.serve("a2", a2["ip"])
     # b1 (another owner) claims a1's address as its source.
     sh(*net.in_ns("b1"), "ip", "addr", "add", f"{a1['ip']}/32", "dev", "eth0")

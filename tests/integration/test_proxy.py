@@ -131,11 +131,11 @@ def test_nothing_listening_is_a_clear_502(sbx):
 
 
 def vhost_daemon(tmp_path, registry_url):
-    from conftest import TOKEN_RE, Daemon, Sandboxes
+    from conftest import Daemon, Sandboxes
     d = Daemon(str(tmp_path / "d"), ["--registry-mirror", registry_url, "--vhost", "sbx.test"])
     os.makedirs(d.workdir, exist_ok=True)
     d.start()
-    return d, Sandboxes(d.url, TOKEN_RE.search(d.stdout()).group(0))
+    return d, Sandboxes(d.url, d.admin_token)
 
 
 def test_subdomains_reach_the_sandbox(registry_url, tmp_path):
@@ -156,8 +156,6 @@ def test_subdomains_reach_the_sandbox(registry_url, tmp_path):
 
 
 def test_caddy_with_tls_internal_serves_a_sandbox_subdomain(registry_url, tmp_path):
-    import shutil
-    import socket
     import subprocess
     from conftest import free_port
     d, c = vhost_daemon(tmp_path, registry_url)

@@ -343,11 +343,11 @@ def test_images_routes(sbx):
 
 
 def test_main_log_is_capped_on_the_host(registry_url, tmp_path):
-    from conftest import TOKEN_RE, Daemon, Sandboxes
+    from conftest import Daemon, Sandboxes
     d = Daemon(str(tmp_path), ["--registry-mirror", registry_url, "--log-max", "64K"])
     try:
         d.start()
-        c = Sandboxes(d.url, TOKEN_RE.search(d.stdout()).group(0))
+        c = Sandboxes(d.url, d.admin_token)
         try:
             s = c.create("busybox", args=["sh", "-c", "i=0; while [ $i -lt 20000 ]; do "
                                           "echo line-$i; i=$((i+1)); done; echo last-line"])
