@@ -101,21 +101,6 @@ static const struct cli_verb verbs[] = {
         .max_args = -1,
     },
     {
-        .name = "caddy-config",
-        .section = "The daemon",
-        .run = cmd_caddy_config,
-        .summary = "print a Caddyfile for HTTPS and per-sandbox subdomains",
-        .synopsis = "--vhost DOMAIN [--upstream HOST:PORT] [--email E] [--dns-provider NAME]",
-        .help = "Prints a Caddyfile that serves DOMAIN and *.DOMAIN over HTTPS (certificates\n"
-                "from the ACME DNS challenge) and forwards to the daemon, which must run with\n"
-                "--vhost DOMAIN: <name>.DOMAIN and <name>-<port>.DOMAIN reach that sandbox's\n"
-                "proxy. The DNS provider's Caddy module must be built in (see the comment).\n"
-                "Talks to no daemon.\n",
-        .opts = "vhost=,upstream=,email=,dns-provider=",
-        .min_args = 0,
-        .max_args = 0,
-    },
-    {
         .name = "events",
         .section = "Sandboxes",
         .run = cmd_events,
@@ -429,6 +414,21 @@ static const struct cli_verb verbs[] = {
         .help = "Prints `sandboxer <version>` and, when the daemon answers GET /healthz,\n"
                 "`server <version>`. An unreachable daemon is noted on stderr, not an error.\n"
                 "With --json: {\"client\": \"…\", \"server\": \"…\" or null}.\n",
+    },
+    {
+        .name = "caddy-config",
+        .section = "The daemon",
+        .run = cmd_caddy_config,
+        .summary = "print a Caddyfile for HTTPS and per-sandbox subdomains",
+        .synopsis = "--vhost DOMAIN [--upstream HOST:PORT] [--email E] [--dns-provider NAME]",
+        .help = "Prints a Caddyfile that serves DOMAIN and *.DOMAIN over HTTPS (certificates\n"
+                "from the ACME DNS challenge) and forwards to the daemon, which must run with\n"
+                "--vhost DOMAIN: <name>.DOMAIN and <name>-<port>.DOMAIN reach that sandbox's\n"
+                "proxy. The DNS provider's Caddy module must be built in (see the comment).\n"
+                "Talks to no daemon.\n",
+        .opts = "vhost=,upstream=,email=,dns-provider=",
+        .min_args = 0,
+        .max_args = 0,
     },
 };
 

@@ -77,6 +77,10 @@ def test_every_verb_has_help(daemon):
     overview = cli(daemon, "--help").stdout
     for verb in ["serve", "version", "whoami", "token"]:
         assert verb in overview
+    # each section's verbs stand together under one heading
+    headings = [line for line in overview.splitlines() if line.endswith(":") and
+                not line.startswith(" ")]
+    assert "Sandboxes:" in headings and len(headings) == len(set(headings)), headings
     for args in (["version"], ["whoami"], ["token", "create"], ["token", "ls"], ["token", "rm"]):
         p = cli(daemon, *args, "--help")
         assert "usage" in p.stdout.lower(), args
