@@ -328,7 +328,7 @@ def test_crash_mid_operation_leaves_nothing_half_made(registry_url, tmp_path, po
 
 
 PINGPONG = r"""
-import socket, threading, time
+import os, socket, threading, time
 def echo(conn):
     try:
         while True:
@@ -357,8 +357,9 @@ while True:
             if not cli.recv(1):
                 raise OSError("closed")
             n += 1
-            with open("/tmp/n", "w") as f:
+            with open("/tmp/n.tmp", "w") as f:  # replaced whole: a reader never sees it empty
                 f.write(f"{n} {reconnects}")
+            os.replace("/tmp/n.tmp", "/tmp/n")
             time.sleep(0.02)
     except OSError:
         reconnects += 1
