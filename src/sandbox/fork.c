@@ -147,12 +147,6 @@ static json_t *clone_json(sbx_mgr_t *m, const char *id, bool memory)
     return j;
 }
 
-static char *ckpt_tmp_dir(const char *id)
-{
-    /* /dev/shm is a tmpfs everywhere (/run is not on every host): memory, not disk. */
-    return xasprintf("/dev/shm/sandboxer-checkpoints/%s", id);
-}
-
 int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *label,
              const char *hostname, json_t **out, err_t *err)
 {
@@ -170,12 +164,12 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
     bool memory = runtime_criu_available();
     sandbox_rec_t child = {0};
     struct sbx_paths cp = {0};
-    _cleanup_free_ char *ckpt = NULL;
+    const char *ckpt = NULL;
     if (rc == 0) {
         clone_record(&child, owner, parent.spec, parent.image, parent.id,
                      label ? label : parent.label, hostname);
         sbx_paths_init(m, child.id, &cp);
-        ckpt = memory ? ckpt_tmp_dir(child.id) : NULL;
+        ckpt = memory ? cp.fork_ckpt : NULL;
         /* The child's row first, as intent: a crash from here on is undone on start. */
         rc = store_sandbox_insert(m->store, &child, err);
         if (rc == 0)

@@ -140,6 +140,8 @@ int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
         rc = storage_umount(p.rootfs, err);
     if (rc == 0 && remove_dirs)
         rc = net_sandbox_teardown(m->cfg.net, id, err);
+    if (rc == 0 && remove_dirs) /* left by a fork into it that the daemon died in */
+        rc = storage_remove_tree(p.fork_ckpt, err);
     if (rc == 0 && remove_dirs)
         rc = storage_remove_tree(p.dir, err);
     sbx_paths_free(&p);

@@ -30,12 +30,14 @@ void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p)
     p->sock = xasprintf("%s/sock", p->dir);
     p->logs = xasprintf("%s/logs", p->dir);
     p->etc = xasprintf("%s/etc", p->dir);
+    /* /dev/shm is a tmpfs everywhere (/run is not on every host): memory, not disk. */
+    p->fork_ckpt = xasprintf("/dev/shm/sandboxer-checkpoints/%s", id);
 }
 
 void sbx_paths_free(struct sbx_paths *p)
 {
-    char **all[] = {&p->dir,  &p->bundle, &p->rootfs, &p->layer, &p->upper,
-                    &p->work, &p->run,    &p->sock,   &p->logs,  &p->etc};
+    char **all[] = {&p->dir, &p->bundle, &p->rootfs, &p->layer, &p->upper,    &p->work,
+                    &p->run, &p->sock,   &p->logs,   &p->etc,   &p->fork_ckpt};
     for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
         free(*all[i]);
         *all[i] = NULL;

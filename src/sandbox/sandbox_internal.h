@@ -40,6 +40,7 @@ struct sbx_mgr {
 /* Paths of one sandbox, all under <state>/sandboxes/<id>/. */
 struct sbx_paths {
     char *dir, *bundle, *rootfs, *layer, *upper, *work, *run, *sock, *logs, *etc;
+    char *fork_ckpt; /* where a fork into this sandbox checkpoints its parent (tmpfs) */
 };
 void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p);
 void sbx_paths_free(struct sbx_paths *p);
