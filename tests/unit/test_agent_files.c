@@ -407,8 +407,16 @@ struct watcher {
     const char *path;
     size_t old_size, new_size;
     volatile bool stop;
-    int reads, partial;
+    volatile int reads, partial;
 };
+
+/* Waits (at most 10 s) until the watcher has done `more` further reads. */
+static void await_reads(struct watcher *w, int more)
+{
+    int want = w->reads + more;
+    for (int i = 0; i < 10000 && w->reads < want; i++)
+        usleep(1000);
+}
 
 static void *watch(void *p)
 {
@@ -465,19 +473,21 @@ static void test_atomic_write(void)
             ok(count_temps(tmpdir, "atomic") == 1 && stat(tp("atomic"), &st) == 0 &&
                    (size_t)st.st_size == old_size,
                "mid-write: one temp file .atomic.sbx-*.tmp, the target still the old one");
-            usleep(20000);
+            await_reads(&w, 5);
         }
     }
+    int during = w.reads;
     rc = rc == 0 ? agentc_write_end(&wr, NULL, &err) : -1;
-    usleep(20000);
+    await_reads(&w, 5);
     w.stop = true;
     pthread_join(th, NULL);
     struct stat st;
     ok(rc == 0 && stat(tp("atomic"), &st) == 0 && (size_t)st.st_size == new_size &&
            (st.st_mode & 07777) == 0640,
        "after FILE_END the target is the new version, mode 0640");
-    ok(w.reads > 10 && w.partial == 0, "a concurrent reader never saw a partial file (%d reads)",
-       w.reads);
+    ok(during >= 5 && w.reads >= during + 5 && w.partial == 0,
+       "a concurrent reader never saw a partial file (%d reads during the write, %d in all)",
+       during, w.reads);
     ok(count_temps(tmpdir, "atomic") == 0, "no temp file is left");
     free(a);
     free(b);
