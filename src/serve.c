@@ -38,6 +38,7 @@ struct serve_opts {
     uint64_t body_limit;
     uint64_t max_connections;
     uint64_t conn_timeout;
+    uint64_t terminal_idle_timeout;
     uint64_t shutdown_timeout;
     const char *registry_mirror;
     const char *insecure_registries;
@@ -84,6 +85,9 @@ static const struct opt_def {
      offsetof(struct serve_opts, max_connections), "concurrent HTTP connections"},
     {"conn-timeout", "SANDBOXER_CONN_TIMEOUT", "120", OPT_UINT,
      offsetof(struct serve_opts, conn_timeout), "seconds before an idle connection is closed"},
+    {"terminal-idle-timeout", "SANDBOXER_TERMINAL_IDLE_TIMEOUT", "3600", OPT_UINT,
+     offsetof(struct serve_opts, terminal_idle_timeout),
+     "seconds without input or output before a terminal WebSocket closes (0: never)"},
     {"shutdown-timeout", "SANDBOXER_SHUTDOWN_TIMEOUT", "10", OPT_UINT,
      offsetof(struct serve_opts, shutdown_timeout), "seconds a stop waits for in-flight requests"},
     {"registry-mirror", "SANDBOXER_REGISTRY_MIRROR", "", OPT_STR,
@@ -375,6 +379,7 @@ static int run(const struct serve_opts *o, err_t *err)
         .body_limit = o->body_limit,
         .max_connections = (unsigned)o->max_connections,
         .conn_timeout_s = (unsigned)o->conn_timeout,
+        .terminal_idle_timeout_s = (unsigned)o->terminal_idle_timeout,
         .shutdown_timeout_s = (unsigned)o->shutdown_timeout,
         .vhost = none_to_null(o->vhost),
     };

@@ -12,13 +12,14 @@ struct image_store;
 
 /* How the server listens and what it bounds. Strings are borrowed for the server's life. */
 struct api_config {
-    const char *listen;          /* "HOST:PORT", "[v6]:PORT" or NULL for none */
-    const char *socket_path;     /* unix socket path or NULL for none */
-    uint64_t body_limit;         /* largest request body in bytes (413 past it) */
-    unsigned max_connections;    /* concurrent connections */
-    unsigned conn_timeout_s;     /* idle connection timeout */
-    unsigned shutdown_timeout_s; /* how long a stop waits for in-flight requests */
-    const char *vhost;           /* "example.com": <name>[-<port>].example.com is proxied */
+    const char *listen;               /* "HOST:PORT", "[v6]:PORT" or NULL for none */
+    const char *socket_path;          /* unix socket path or NULL for none */
+    uint64_t body_limit;              /* largest request body in bytes (413 past it) */
+    unsigned max_connections;         /* concurrent connections */
+    unsigned conn_timeout_s;          /* idle connection timeout */
+    unsigned terminal_idle_timeout_s; /* a terminal WebSocket without traffic closes (0: never) */
+    unsigned shutdown_timeout_s;      /* how long a stop waits for in-flight requests */
+    const char *vhost;                /* "example.com": <name>[-<port>].example.com is proxied */
 };
 
 typedef struct api api_t;

@@ -190,6 +190,8 @@ int h_files_post_chunk(api_req_t *r, const char *data, size_t len, err_t *err);
 int h_files_post(api_req_t *r, err_t *err);
 int h_files_delete(api_req_t *r, err_t *err);
 int h_events(api_req_t *r, err_t *err);
+int h_exec_pty(api_req_t *r, err_t *err);
+int h_attach(api_req_t *r, err_t *err);
 int h_proxy_begin(api_req_t *r, err_t *err);
 int h_proxy_chunk(api_req_t *r, const char *data, size_t len, err_t *err);
 int h_proxy(api_req_t *r, err_t *err);

@@ -101,6 +101,39 @@ static const struct cli_verb verbs[] = {
         .max_args = -1,
     },
     {
+        .name = "shell",
+        .section = "Sandboxes",
+        .run = cmd_shell,
+        .summary = "open an interactive shell in a sandbox",
+        .synopsis = "ID [--cmd CMD] [--user U] [--cwd DIR]",
+        .help = "Opens a shell on a terminal in the sandbox (bash if it has one, else sh), or\n"
+                "runs CMD (a shell command line) on one. Our terminal goes raw for the session,\n"
+                "so ^C, ^D and arrow keys reach the sandbox; its size follows ours. The exit\n"
+                "status is the remote command's. Without a terminal on stdin, input is passed\n"
+                "on as it comes.\n"
+                "\n"
+                "Options:\n"
+                "  --cmd CMD   run the command line CMD instead of a shell\n"
+                "  --user U    as user U: a name or uid, optionally :GROUP\n"
+                "  --cwd DIR   in the directory DIR\n",
+        .opts = "cmd=,user=,cwd=",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "attach",
+        .section = "Sandboxes",
+        .run = cmd_attach,
+        .summary = "attach to an interactive sandbox's main process",
+        .synopsis = "ID",
+        .help = "Connects our terminal to the console of the main process of a sandbox created\n"
+                "with --interactive: its recent output first, then everything it writes; what\n"
+                "we type is its input. ^] detaches and leaves it running (exit status 0); when\n"
+                "the main process ends, so does attach, with its exit status.\n",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
         .name = "events",
         .section = "Sandboxes",
         .run = cmd_events,

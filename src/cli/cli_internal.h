@@ -209,6 +209,8 @@ int cmd_ls(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_inspect(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_rm(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_exec(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_shell(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_attach(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_events(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_caddy_config(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_logs(cli_t *cli, const cli_args_t *args, err_t *err);

@@ -1,5 +1,6 @@
 /* The CLI's HTTP client: one reusable libcurl handle, buffered JSON answers, errors as err_t. */
 #include "client.h"
+#include "client_priv.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -12,16 +13,6 @@
 #include "common/jsonx.h"
 #include "common/util.h"
 #include "config.h"
-
-struct client {
-    CURL *curl;     /* kept across calls so keep-alive connections are reused */
-    char *base;     /* "http://localhost" for a socket, else the URL without a trailing '/' */
-    char *socket;   /* unix socket path, or NULL for TCP */
-    char *auth;     /* "Authorization: Bearer …" or NULL */
-    char *endpoint; /* what messages call the daemon's address */
-    long timeout_s;
-    bool stall_guard; /* this transfer fails if it moves no byte for CLIENT_STALL_S */
-};
 
 /* A body being received: bounded so a broken server cannot make us hold unbounded memory. */
 struct sink {
@@ -234,7 +225,7 @@ static CURLcode perform(client_t *c, const char *method, const char *path, const
 }
 
 /* Say why the daemon could not be reached, naming its address and what to check. */
-static int transport_error(const client_t *c, CURLcode rc, const char *detail, err_t *err)
+int client_transport_error(const client_t *c, CURLcode rc, const char *detail, err_t *err)
 {
     if (rc == CURLE_OPERATION_TIMEDOUT)
         return err_set(err, ERR_UNAVAILABLE, 0, "timeout",
@@ -291,7 +282,7 @@ int client_request(client_t *c, const char *method, const char *path, const json
         return 0;
     }
     client_resp_free(resp);
-    return s.too_large ? too_large(err) : transport_error(c, rc, detail, err);
+    return s.too_large ? too_large(err) : client_transport_error(c, rc, detail, err);
 }
 
 static err_kind_t kind_of_status(long status)
@@ -339,7 +330,7 @@ static char *error_detail(const client_resp_t *resp)
     return xstrndup(resp->body.data, n < 200 ? n : 200);
 }
 
-static int status_error(const client_resp_t *resp, err_t *err)
+int client_status_error(const client_resp_t *resp, err_t *err)
 {
     _cleanup_free_ char *detail = error_detail(resp);
     json_t *code = json_is_object(resp->json) ? json_object_get(resp->json, "code") : NULL;
@@ -353,7 +344,7 @@ static int check_answer(const char *method, const char *path, client_resp_t *res
 {
     int r = 0;
     if (resp->status < 200 || resp->status > 299)
-        r = status_error(resp, err);
+        r = client_status_error(resp, err);
     else if (!json_is_object(resp->json))
         r = err_set(err, ERR_INTERNAL, 0, "bad_response",
                     "the daemon's answer to %s %s is not a JSON object (HTTP %ld)", method, path,
@@ -423,7 +414,7 @@ static int upload_error(client_t *c, CURLcode rc, const struct source *src, cons
         return err_set(err, ERR_UNAVAILABLE, 0, "upload_broken",
                        "the upload to the daemon at %s broke off: %s", c->endpoint,
                        *detail ? detail : curl_easy_strerror(rc));
-    return transport_error(c, rc, detail, err);
+    return client_transport_error(c, rc, detail, err);
 }
 
 int client_upload(client_t *c, const char *method, const char *path, int fd, uint64_t size,
@@ -550,7 +541,7 @@ static int not_a_stream(struct stream *st)
     st->pending = (buf_t){0};
     finish_resp(st->c->curl, &resp);
     if (resp.status < 200 || resp.status > 299)
-        return status_error(&resp, st->err);
+        return client_status_error(&resp, st->err);
     return err_set(st->err, ERR_INTERNAL, 0, "bad_response",
                    "the daemon sent JSON where a stream was asked for (HTTP %ld)", resp.status);
 }
@@ -564,7 +555,7 @@ static int stream_end(struct stream *st, CURLcode rc, const char *detail)
                        "the daemon's stream broke off: %s",
                        *detail ? detail : curl_easy_strerror(rc));
     if (rc != CURLE_OK)
-        return transport_error(st->c, rc, detail, st->err);
+        return client_transport_error(st->c, rc, detail, st->err);
     if (st->mode == UNDECIDED)
         decide(st); /* an empty body */
     if (st->mode == BUFFERING)

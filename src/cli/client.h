@@ -114,3 +114,19 @@ static inline void cleanup_respp(client_resp_t *r)
 }
 #define _cleanup_client_ __attribute__((cleanup(cleanup_clientp)))
 #define _cleanup_resp_   __attribute__((cleanup(cleanup_respp)))
+
+/* --- WebSockets (`shell`, `attach`) ------------------------------------------------------ */
+#include "common/ws.h"
+
+typedef struct client_ws client_ws_t;
+/*
+ * Open a WebSocket to path: the daemon answered 101. A refusal (404, 409 ...) becomes err
+ * as for client_call. The connection uses c's handle: make no other call on c meanwhile.
+ */
+client_ws_t *client_ws_open(client_t *c, const char *path, ws_msg_fn on_msg, void *data,
+                            err_t *err);
+/* The WebSocket (to send, close, poll) and the socket to poll. */
+ws_t *client_ws_conn(client_ws_t *w);
+int client_ws_fd(const client_ws_t *w);
+/* Free it (the connection itself closes with c). */
+void client_ws_close(client_ws_t *w);

@@ -27,6 +27,7 @@ struct spec_opts {
     json_t *args;           /* array: the main process argv, may be empty (borrowed) */
     const char *cwd;        /* working dir, "/" if NULL */
     const char *user;       /* image/user spec for the main process, NULL = root */
+    bool tty;               /* the main process on a PTY the agent owns (interactive) */
     double cpus;            /* CPU quota in CPUs */
     uint64_t memory;        /* bytes */
     int64_t pids;           /* max tasks */

@@ -212,6 +212,8 @@ static json_t *process(const struct spec_opts *o)
         json_array_append_new(args, json_string("--user"));
         json_array_append_new(args, json_string(o->user));
     }
+    if (o->tty && json_array_size(o->args) > 0)
+        json_array_append_new(args, json_string("--tty"));
     json_array_append_new(args, json_string("--"));
     json_array_extend(args, o->args);
     json_t *c = str_array(caps, ARRAY_SIZE(caps));

@@ -169,6 +169,7 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
         .args = json_object_get(r->spec, "args"),
         .cwd = json_string_value(json_object_get(r->spec, "cwd")),
         .user = json_string_value(json_object_get(r->spec, "user")),
+        .tty = r->interactive,
         .cpus = json_number_value(json_object_get(res, "cpus")),
         .memory = (uint64_t)json_integer_value(json_object_get(res, "memory")),
         .pids = json_integer_value(json_object_get(res, "pids")),

@@ -36,15 +36,15 @@ void sbx_fault_point(const char *name)
     }
 }
 
-/* Take l's lock for a lifecycle change, waiting at most QUIESCE_TIMEOUT_S for execs. */
-static int lock_quiesced(struct sbx_live *l, err_t *err)
+int sbx_lock_quiesced(struct sbx_live *l, err_t *err)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += QUIESCE_TIMEOUT_S;
     if (pthread_rwlock_timedwrlock(&l->lock, &ts) != 0)
         return err_set(err, ERR_CONFLICT, 0, "sandbox_busy",
-                       "execs are still running in the sandbox; try again when they end");
+                       "execs or terminal sessions are still open in the sandbox; try again "
+                       "when they end");
     return 0;
 }
 
@@ -181,7 +181,7 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
     }
     if (rc == 0) {
         struct sbx_live *pl = sbx_live_get(m, parent.id, true);
-        if ((rc = lock_quiesced(pl, err)) == 0) {
+        if ((rc = sbx_lock_quiesced(pl, err)) == 0) {
             struct capture c = {ckpt, cp.layer, cp.run};
             rc = capture(m, &parent, &c, "fork.after_checkpoint", err);
             pthread_rwlock_unlock(&pl->lock);
@@ -277,7 +277,7 @@ int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, cons
         rc = err_sys(err, "create %s", dir);
     if (rc == 0) {
         struct sbx_live *l = sbx_live_get(m, src.id, true);
-        if ((rc = lock_quiesced(l, err)) == 0) {
+        if ((rc = sbx_lock_quiesced(l, err)) == 0) {
             struct capture c = {snap.memory_preserved ? ckpt : NULL, layer, dir};
             rc = capture(m, &src, &c, "snapshot.after_checkpoint", err);
             pthread_rwlock_unlock(&l->lock);

@@ -21,7 +21,11 @@ static int begin_change(sbx_mgr_t *m, const user_t *owner, const char *key, sand
     if (sbx_lookup(m, owner, key, r, err) < 0)
         return -1;
     *l = sbx_live_get(m, r->id, true);
-    pthread_rwlock_wrlock(&(*l)->lock);
+    if (sbx_lock_quiesced(*l, err) < 0) {
+        store_sandbox_rec_clear(r);
+        sbx_live_put(m, *l);
+        return -1;
+    }
     /* Re-read under the lock: another change may have finished meanwhile. */
     store_sandbox_rec_clear(r);
     if (store_sandbox_get(m->store, -1, (*l)->id, r, err) == 0 && !r->intent[0])

@@ -108,6 +108,35 @@ struct sbx_exec_result {
 int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sbx_exec_req *q,
              sbx_output_fn sink, void *ctx, struct sbx_exec_result *res, err_t *err);
 
+/* A terminal session: a command on a PTY, or the console of an interactive sandbox. */
+struct sbx_term_req {
+    const char *const *argv; /* the command (NULL-terminated); NULL: attach to the console */
+    const char *const *env;  /* "K=V" over the sandbox's, or NULL */
+    const char *cwd, *user;  /* NULL: the sandbox's */
+    uint16_t cols, rows;     /* the first size; 0: 80 × 24 */
+    const char *command;     /* what the execution history records */
+};
+typedef struct sbx_term sbx_term_t;
+
+/*
+ * Open a session in owner's sandbox (waking it if hibernated): the command has started (or
+ * the console is connected) when this returns. Errors: 404 for a sandbox that is not the
+ * owner's, 409 when it does not run or (attach) has no console, 400 for a missing command.
+ */
+sbx_term_t *sbx_term_open(sbx_mgr_t *m, const user_t *owner, const char *key,
+                          const struct sbx_term_req *q, err_t *err);
+/* The connection to the agent (frames of agent/protocol.h) and its reader, which may
+ * already hold frames that came right after STARTED. */
+int sbx_term_fd(const sbx_term_t *t);
+agentc_reader_t *sbx_term_reader(sbx_term_t *t);
+/* The sandbox's id. */
+const char *sbx_term_id(const sbx_term_t *t);
+/* Count the session as activity (keeps the sandbox from looking idle). */
+void sbx_term_touch(sbx_term_t *t);
+/* End the session: close the connection (the agent then kills a PTY command's process
+ * group), record the exit code (-1: unknown), release the sandbox. */
+void sbx_term_close(sbx_term_t *t, int exit_code);
+
 /* Check that an exec could start now: owner's sandbox exists and is running. */
 int sbx_exec_check(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* Validate exec argv (non-empty strings) and env (object of strings). */

@@ -47,6 +47,9 @@ void sbx_paths_free(struct sbx_paths *p);
 
 /* Find (and reference) the live entry for id, creating it if create. */
 struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create);
+/* Take l's lock for a lifecycle change, waiting a while (10 s) for execs and terminal
+ * sessions to end; ERR_CONFLICT "sandbox_busy" if they do not. */
+int sbx_lock_quiesced(struct sbx_live *l, err_t *err);
 /* Drop a reference from sbx_live_get. */
 void sbx_live_put(sbx_mgr_t *m, struct sbx_live *l);
 /* Forget the live entry of id (after delete or exit). */
