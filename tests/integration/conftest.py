@@ -27,6 +27,18 @@ def free_port():
 _daemons = itertools.count()
 
 
+def own_subnet(n):
+    """A 10.x.0.0/16 (x in 150-199) no route uses yet, picked from a start that differs per
+    test process, so that pytest runs side by side do not put two bridges on one subnet."""
+    used = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
+    start = (os.getpid() * 7 + n) % 50
+    for i in range(50):
+        second = 150 + (start + i) % 50
+        if f"10.{second}." not in used:
+            return f"10.{second}.0.0/16"
+    raise RuntimeError("no free 10.x.0.0/16 subnet in 10.150-199")
+
+
 class Daemon:
     """One `sandboxer serve` process; start/stop can be repeated on the same state dir.
     Each gets its own bridge, nftables table and subnet, removed again by kill()."""
@@ -37,7 +49,7 @@ class Daemon:
         n = next(_daemons)
         self.bridge = f"sbt{os.getpid() % 10000}x{n}"
         self.table = f"sbxtest_{os.getpid()}_{n}"
-        self.subnet = f"10.{150 + n % 50}.0.0/16"
+        self.subnet = own_subnet(n)
         self.state_dir = os.path.join(workdir, "state")
         self.socket = os.path.join(workdir, "api.sock")
         self.extra_args = list(extra_args)
