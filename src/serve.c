@@ -48,6 +48,7 @@ struct serve_opts {
     uint64_t log_max;
     uint64_t exec_output_max;
     uint64_t max_execs;
+    uint64_t idle_timeout;
     const char *agent;
     const char *runtime;
     const char *storage_driver;
@@ -58,7 +59,7 @@ struct serve_opts {
     const char *vhost;
 };
 
-enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT };
+enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT, OPT_SECS /* 0 allowed: never */ };
 
 /* Every daemon option: flag, environment variable, default, help. The README lists them. */
 static const struct opt_def {
@@ -85,7 +86,7 @@ static const struct opt_def {
      offsetof(struct serve_opts, max_connections), "concurrent HTTP connections"},
     {"conn-timeout", "SANDBOXER_CONN_TIMEOUT", "120", OPT_UINT,
      offsetof(struct serve_opts, conn_timeout), "seconds before an idle connection is closed"},
-    {"terminal-idle-timeout", "SANDBOXER_TERMINAL_IDLE_TIMEOUT", "3600", OPT_UINT,
+    {"terminal-idle-timeout", "SANDBOXER_TERMINAL_IDLE_TIMEOUT", "3600", OPT_SECS,
      offsetof(struct serve_opts, terminal_idle_timeout),
      "seconds without input or output before a terminal WebSocket closes (0: never)"},
     {"shutdown-timeout", "SANDBOXER_SHUTDOWN_TIMEOUT", "10", OPT_UINT,
@@ -107,6 +108,9 @@ static const struct opt_def {
     {"exec-output-max", "SANDBOXER_EXEC_OUTPUT_MAX", "16M", OPT_SIZE,
      offsetof(struct serve_opts, exec_output_max),
      "output kept per stream of one exec (truncated past it)"},
+    {"idle-timeout", "SANDBOXER_IDLE_TIMEOUT", "0", OPT_SECS,
+     offsetof(struct serve_opts, idle_timeout),
+     "seconds idle before a sandbox hibernates (0: never; a sandbox's idle_timeout wins)"},
     {"max-execs", "SANDBOXER_MAX_EXECS", "256", OPT_UINT, offsetof(struct serve_opts, max_execs),
      "concurrent execs per sandbox"},
     {"agent", "SANDBOXER_AGENT", "", OPT_STR, offsetof(struct serve_opts, agent),
@@ -158,7 +162,8 @@ static int set_opt(struct serve_opts *o, const struct opt_def *d, const char *va
         *(uint64_t *)dst = n;
         return 0;
     case OPT_UINT:
-        if (!parse_int(val, 1, 1000000, &ll))
+    case OPT_SECS:
+        if (!parse_int(val, d->type == OPT_SECS ? 0 : 1, 1000000, &ll))
             return err_set(err, ERR_INVALID, 0, "invalid_option", "--%s: bad number '%s'", d->flag,
                            val);
         *(uint64_t *)dst = (uint64_t)ll;
@@ -353,6 +358,7 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .log_max = o->log_max,
         .exec_output_max = o->exec_output_max,
         .max_execs = (unsigned)o->max_execs,
+        .idle_timeout_s = (unsigned)o->idle_timeout,
     };
     if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0)
         return -1;

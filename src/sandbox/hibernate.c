@@ -167,6 +167,7 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, e
             rc = sbx_boot(m, l, &p, dir, r.hostname, err);
         if (rc == 0) {
             rc = store_sandbox_set_status(m->store, r.id, "running", NULL, false, 0, err);
+            store_sandbox_touch(m->store, r.id); /* woken counts as active: no instant reaping */
             storage_remove_tree(dir, NULL);
             touch_marker(p.run, false);
             log_info("sandbox.woken", "sandbox=%s", r.id);

@@ -242,6 +242,10 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
         return NULL;
     }
     m->watching = true;
+    if (sbx_reaper_start(m, err) < 0) {
+        sbx_close(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -249,6 +253,7 @@ void sbx_close(sbx_mgr_t *m)
 {
     if (!m)
         return;
+    sbx_reaper_stop(m);
     if (m->watching) {
         uint64_t one = 1;
         (void)!write(m->wake_fd, &one, sizeof(one));

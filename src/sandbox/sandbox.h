@@ -29,6 +29,8 @@ struct sbx_config {
     uint64_t log_max;         /* main-process log cap per file */
     uint64_t exec_output_max; /* per stream of one exec */
     unsigned max_execs;       /* concurrent execs per sandbox */
+    unsigned idle_timeout_s;  /* hibernate a sandbox idle this long (0: never), unless its own
+                                 idle_timeout says otherwise */
 };
 
 /* Open the manager: prepares dirs, installs the agent, starts the exit watcher. */

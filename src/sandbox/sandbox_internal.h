@@ -35,6 +35,11 @@ struct sbx_mgr {
     int wake_fd; /* eventfd to stop the watcher */
     pthread_t watcher;
     bool watching;
+    pthread_t reaper; /* the idle reaper (reaper.c) */
+    bool reaping;
+    pthread_mutex_t reaper_lock;
+    pthread_cond_t reaper_cond;
+    bool reaper_stop;
 };
 
 /* Paths of one sandbox, all under <state>/sandboxes/<id>/. */
@@ -47,6 +52,9 @@ void sbx_paths_free(struct sbx_paths *p);
 
 /* Find (and reference) the live entry for id, creating it if create. */
 struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create);
+/* Start and stop the idle reaper thread. */
+int sbx_reaper_start(sbx_mgr_t *m, err_t *err);
+void sbx_reaper_stop(sbx_mgr_t *m);
 /* Take l's lock for a lifecycle change, waiting a while (10 s) for execs and terminal
  * sessions to end; ERR_CONFLICT "sandbox_busy" if they do not. */
 int sbx_lock_quiesced(struct sbx_live *l, err_t *err);

@@ -1,0 +1,109 @@
+/*
+ * The idle reaper: once a second it hibernates each running sandbox that has been idle
+ * longer than its idle_timeout (from create; else the daemon's --idle-timeout; 0: never).
+ * Idle means no exec, file operation, proxied request or terminal traffic touched it
+ * (last_active_at) and none is in progress now. The next request wakes it transparently.
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "runtime/runtime.h"
+#include "sandbox_internal.h"
+
+#define REAPER_INTERVAL_S 1
+
+/* The sandbox's idle timeout in seconds; 0 for never. */
+static int64_t idle_timeout(const sbx_mgr_t *m, const sandbox_rec_t *r)
+{
+    json_t *t = json_object_get(r->spec, "idle_timeout");
+    if (json_is_integer(t) && json_integer_value(t) >= 0)
+        return json_integer_value(t);
+    return m->cfg.idle_timeout_s;
+}
+
+/* No exec or terminal session holds it now. */
+static bool quiet(sbx_mgr_t *m, const char *id)
+{
+    struct sbx_live *l = sbx_live_get(m, id, false);
+    if (!l)
+        return false;
+    bool q = atomic_load(&l->execs) == 0;
+    sbx_live_put(m, l);
+    return q;
+}
+
+static void reap_one(sbx_mgr_t *m, const sandbox_rec_t *r, double now)
+{
+    int64_t timeout = idle_timeout(m, r);
+    if (timeout <= 0 || strcmp(r->status, "running") != 0 || r->intent[0] ||
+        now - r->last_active_at < (double)timeout || !quiet(m, r->id))
+        return;
+    user_t owner = {.id = r->owner_id};
+    json_t *out = NULL;
+    err_t err = {0};
+    if (sbx_hibernate(m, &owner, r->id, &out, &err) == 0)
+        log_info("sandbox.idle_hibernated", "sandbox=%s idle_s=%.0f", r->id,
+                 now - r->last_active_at);
+    else if (err.kind != ERR_CONFLICT) /* busy now: another round will see */
+        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s msg=\"%s\"", r->id, err.msg);
+    json_decref(out);
+}
+
+static void reap_once(sbx_mgr_t *m)
+{
+    sandbox_rec_t *items = NULL;
+    size_t n = 0;
+    if (store_sandbox_list_live(m->store, &items, &n, NULL) < 0)
+        return;
+    double now = now_unix();
+    for (size_t i = 0; i < n; i++)
+        reap_one(m, &items[i], now);
+    store_sandbox_list_free(items, n);
+}
+
+static void *reaper(void *arg)
+{
+    sbx_mgr_t *m = arg;
+    pthread_mutex_lock(&m->reaper_lock);
+    while (!m->reaper_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += REAPER_INTERVAL_S;
+        if (pthread_cond_timedwait(&m->reaper_cond, &m->reaper_lock, &ts) != ETIMEDOUT)
+            continue;
+        pthread_mutex_unlock(&m->reaper_lock);
+        reap_once(m);
+        pthread_mutex_lock(&m->reaper_lock);
+    }
+    pthread_mutex_unlock(&m->reaper_lock);
+    return NULL;
+}
+
+int sbx_reaper_start(sbx_mgr_t *m, err_t *err)
+{
+    pthread_mutex_init(&m->reaper_lock, NULL);
+    pthread_cond_init(&m->reaper_cond, NULL);
+    if (!runtime_criu_available()) {
+        log_warn("sandbox.reaper_off", "msg=\"CRIU does not work here: idle sandboxes stay up\"");
+        return 0;
+    }
+    if (pthread_create(&m->reaper, NULL, reaper, m) != 0)
+        return err_sys(err, "start the idle reaper");
+    m->reaping = true;
+    return 0;
+}
+
+void sbx_reaper_stop(sbx_mgr_t *m)
+{
+    if (!m->reaping)
+        return;
+    pthread_mutex_lock(&m->reaper_lock);
+    m->reaper_stop = true;
+    pthread_cond_signal(&m->reaper_cond);
+    pthread_mutex_unlock(&m->reaper_lock);
+    pthread_join(m->reaper, NULL);
+    m->reaping = false;
+}
