@@ -134,6 +134,39 @@ static const struct cli_verb verbs[] = {
         .max_args = 1,
     },
     {
+        .name = "update",
+        .section = "Sandboxes",
+        .run = cmd_update,
+        .summary = "change a sandbox's label or whether it is public",
+        .synopsis = "ID [--label L] [--public | --private]",
+        .help = "Changes the label of a sandbox, or whether its proxied ports answer without a\n"
+                "token (--public) or only to its owner (--private), and prints the change.\n"
+                "\n"
+                "Options:\n"
+                "  --label L    the new label (not empty)\n"
+                "  --public     its proxy answers anyone\n"
+                "  --private    its proxy answers only its owner's token\n",
+        .opts = "label=,public,private",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "history",
+        .section = "Sandboxes",
+        .run = cmd_history,
+        .summary = "list a sandbox's executions, or print one's output",
+        .synopsis = "ID [--limit N] | ID EID",
+        .help = "Lists the executions of a sandbox, newest first: EID, EXIT (- while it runs),\n"
+                "STARTED and COMMAND. With EID, prints that execution's recorded output: its\n"
+                "stdout on ours and its stderr on ours.\n"
+                "\n"
+                "Options:\n"
+                "  --limit N   at most N executions (default 20)\n",
+        .opts = "limit=",
+        .min_args = 1,
+        .max_args = 2,
+    },
+    {
         .name = "events",
         .section = "Sandboxes",
         .run = cmd_events,
@@ -199,6 +232,44 @@ static const struct cli_verb verbs[] = {
                 "one id does not stop the others; the exit status is 1 if any failed.\n",
         .min_args = 1,
         .max_args = -1,
+    },
+    {
+        .name = "files ls",
+        .section = "Files",
+        .run = cmd_files_ls,
+        .summary = "list a directory in a sandbox",
+        .synopsis = "ID [PATH]",
+        .help = "Lists the directory PATH (default /) inside the sandbox: MODE, TYPE, SIZE,\n"
+                "MODIFIED and NAME (directories end in /). Paths are resolved inside the\n"
+                "sandbox, never on the host.\n",
+        .min_args = 1,
+        .max_args = 2,
+    },
+    {
+        .name = "files stat",
+        .section = "Files",
+        .run = cmd_files_stat,
+        .summary = "show what a path in a sandbox is (JSON)",
+        .synopsis = "ID PATH",
+        .help = "Prints the file object of PATH inside the sandbox: name, path, type, is_dir,\n"
+                "size, mode and mtime (and link_target for a symlink).\n",
+        .min_args = 2,
+        .max_args = 2,
+    },
+    {
+        .name = "files rm",
+        .section = "Files",
+        .run = cmd_files_rm,
+        .summary = "delete a file or directory in a sandbox",
+        .synopsis = "ID PATH [--recursive]",
+        .help = "Deletes PATH inside the sandbox (a symlink itself, not its target) and prints\n"
+                "the path. A directory must be empty unless --recursive is given.\n"
+                "\n"
+                "Options:\n"
+                "  -r, --recursive   also a directory with everything in it\n",
+        .opts = "r|recursive",
+        .min_args = 2,
+        .max_args = 2,
     },
     {
         .name = "fork",
@@ -432,6 +503,18 @@ static const struct cli_verb verbs[] = {
         .max_args = -1,
     },
     {
+        .name = "completion",
+        .section = "The daemon",
+        .run = cmd_completion,
+        .summary = "print the bash completion script",
+        .synopsis = "bash",
+        .help = "Prints a bash completion script for sandboxer's verbs and options. Load it\n"
+                "with `source <(sandboxer completion bash)`, e.g. from ~/.bashrc, or install\n"
+                "it as /etc/bash_completion.d/sandboxer.\n",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
         .name = "serve",
         .section = "The daemon",
         .summary = "run the daemon; see `sandboxer serve --help`",
@@ -495,6 +578,12 @@ static const char overview_options[] =
     "\n"
     "Exit status: 0 on success, 1 when the daemon reports an error or cannot be reached,\n"
     "2 on a usage error; `exec` passes on the command's own status.\n";
+
+const struct cli_verb *cli_verb_table(size_t *n)
+{
+    *n = ARRAY_SIZE(verbs);
+    return verbs;
+}
 
 #define NAME_WIDTH 16 /* the column of verb names in the overview and group help */
 

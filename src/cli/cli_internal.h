@@ -210,6 +210,14 @@ int cmd_inspect(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_rm(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_exec(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_shell(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_update(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_history(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_files_ls(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_files_stat(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_files_rm(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_completion(cli_t *cli, const cli_args_t *args, err_t *err);
+/* The verb table (for completion). */
+const struct cli_verb *cli_verb_table(size_t *n);
 int cmd_attach(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_events(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_caddy_config(cli_t *cli, const cli_args_t *args, err_t *err);
