@@ -1,13 +1,17 @@
 /*
  * sandboxer-agent: PID 1 of every sandbox.
  *
- *   sandboxer-agent --socket PATH [--user USER[:GROUP]] [--workdir DIR] [--tty] [--] [ARGV...]
+ *   sandboxer-agent --socket PATH [--user USER[:GROUP]] [--workdir DIR]
+ *                   [--tty [--console-socket PATH]] [--] [ARGV...]
  *
  * Init duties (reap every orphan, forward termination signals to the main process group),
  * the main process (ARGV; the agent exits with its status), and the daemon's unix socket:
  * each connection is served by a forked session process (session.c) while PID 1 only
- * accepts, reaps and forwards. Everything is driven by one poll over a signalfd and the
- * listening socket; no thread, no timer.
+ * accepts, reaps and forwards. With --tty the main process runs on a PTY that PID 1 serves
+ * itself: output to its stdout (the log) and to the clients of the console socket
+ * (console.sock beside --socket), their input to the PTY (pty.c). Everything is driven by
+ * one poll over a signalfd, the listening sockets, the PTY and the console's clients; no
+ * thread, no timer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,12 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,23 +42,48 @@ struct agent {
     int sigfd, listen_fd;
     pid_t main_pid; /* 0: idle mode */
     int main_stdin; /* the write end of the main process's stdin: held open, never written */
+    struct agent_console *console; /* --tty with a main process */
+    int keeper_note;               /* tells the console's keeper how the main process ended */
+    int keeper_read;               /* the keeper's end of that pipe (until the spawn) */
     pid_t *sessions;
     size_t nsessions;
 };
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: sandboxer-agent --socket PATH [--user USER[:GROUP]] [--workdir DIR] "
-                    "[--tty] [--] [ARGV...]\n");
+    fprintf(stderr,
+            "usage: sandboxer-agent --socket PATH [--user USER[:GROUP]] [--workdir DIR]\n"
+            "                       [--tty [--console-socket PATH]] [--] [ARGV...]\n"
+            "\n"
+            "  --socket PATH          the daemon's socket (default " AGENT_SOCKET_DEFAULT ")\n"
+            "  --user USER[:GROUP]    the user of the main process and default of execs\n"
+            "  --workdir DIR          the cwd of the main process and default of execs\n"
+            "  --tty                  run ARGV on a PTY of the agent's: its output goes to the\n"
+            "                         agent's stdout and to the clients of the console socket\n"
+            "  --console-socket PATH  the console socket (default console.sock beside --socket)\n"
+            "\n"
+            "Without ARGV the agent idles and serves execs until SIGTERM.\n");
     exit(2);
+}
+
+/* console.sock in the directory of the agent's socket. */
+static char *console_default_path(const char *socket_path)
+{
+    const char *slash = strrchr(socket_path, '/');
+    if (!slash)
+        return xstrdup(AGENT_CONSOLE_SOCKET);
+    return xasprintf("%.*s/%s", (int)(slash - socket_path), socket_path, AGENT_CONSOLE_SOCKET);
 }
 
 static void parse_args(int argc, char **argv, struct agent_config *cfg)
 {
-    static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},  {"user", required_argument, NULL, 'u'},
-        {"workdir", required_argument, NULL, 'w'}, {"tty", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
+                                         {"user", required_argument, NULL, 'u'},
+                                         {"workdir", required_argument, NULL, 'w'},
+                                         {"tty", no_argument, NULL, 't'},
+                                         {"console-socket", required_argument, NULL, 'c'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     int c;
     /* "+": stop at the first non-option, so the main argv keeps its own flags. */
     while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -74,6 +100,9 @@ static void parse_args(int argc, char **argv, struct agent_config *cfg)
         case 't':
             cfg->tty = true;
             break;
+        case 'c':
+            cfg->console_path = optarg;
+            break;
         default:
             usage();
         }
@@ -81,6 +110,8 @@ static void parse_args(int argc, char **argv, struct agent_config *cfg)
     if (!cfg->socket_path)
         cfg->socket_path = AGENT_SOCKET_DEFAULT;
     cfg->main_argv = optind < argc ? argv + optind : NULL;
+    if (cfg->tty && cfg->main_argv && !cfg->console_path)
+        cfg->console_path = console_default_path(cfg->socket_path);
 }
 
 /* Block the signals we handle and read them from a signalfd instead. */
@@ -96,31 +127,6 @@ static int setup_signals(void)
     return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-/* Bind the socket with mode 0600 (umask during bind, no window with wider bits). */
-static int listen_socket(const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return -1;
-    (void)unlink(path);
-    mode_t old = umask(0177);
-    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    umask(old);
-    if (rc < 0 || chmod(path, 0600) < 0 || listen(fd, SOMAXCONN) < 0) {
-        int saved = errno;
-        close(fd);
-        errno = saved;
-        return -1;
-    }
-    return fd;
-}
-
 /* Kill what is left and leave with the main process's code (or 0 in idle mode). */
 __attribute__((noreturn)) static void shutdown_agent(struct agent *a, int code)
 {
@@ -134,6 +140,8 @@ __attribute__((noreturn)) static void shutdown_agent(struct agent *a, int code)
             kill(-a->main_pid, SIGKILL);
     }
     unlink(a->cfg.socket_path);
+    if (a->console)
+        unlink(a->cfg.console_path);
     exit(code);
 }
 
@@ -147,12 +155,28 @@ static void forget_session(struct agent *a, pid_t pid)
     }
 }
 
-/* Reap every child that ended: sessions, orphans, and the main process. */
+/* Pass the main process's end to the keeper and give it time to send EXIT (bounded): it
+ * is done when it closes its end of the pipe. */
+static void finish_console(struct agent *a, int st)
+{
+    if (a->keeper_note < 0) {
+        agent_console_finish(a->console, st); /* no keeper: the console is PID 1's */
+        return;
+    }
+    if (write(a->keeper_note, &st, sizeof(st)) != sizeof(st))
+        return;
+    struct pollfd p = {a->keeper_note, 0, 0}; /* POLLERR comes once the reader is gone */
+    (void)poll(&p, 1, AGENT_CONSOLE_FINISH_MS + 1000);
+}
+
+/* Reap every child that ended: sessions, orphans (the keeper too) and the main process. */
 static void reap(struct agent *a)
 {
     int st;
     pid_t pid;
     while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (pid == a->main_pid && a->console)
+            finish_console(a, st); /* its last output and EXIT, bounded */
         if (pid == a->main_pid)
             shutdown_agent(a, WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st));
         forget_session(a, pid);
@@ -186,6 +210,9 @@ static void start_session(struct agent *a, int conn)
     if (pid == 0) {
         close(a->listen_fd);
         close(a->sigfd);
+        /* A client dropped by PID 1 must see its connection close: no copy stays here. */
+        if (a->console)
+            agent_console_close_fds(a->console);
         if (getppid() != agent_pid)
             _exit(0);
         agent_session_run(conn, &a->cfg);
@@ -208,90 +235,168 @@ static void on_accept(struct agent *a)
     }
 }
 
-/*
- * runc made the console our controlling terminal; give it up so the main process (in a
- * session of its own) can take it. As session leader we get the SIGHUP this sends to our
- * own group: swallow it rather than forward it to the main process later.
- */
-static void release_console(void)
+/* The main process's environment: the container's, with HOME for --user and a PATH. */
+static char **main_env(struct agent *a, const struct agent_user *user)
 {
-    sigset_t hup;
-    struct timespec zero = {0, 0};
-    if (ioctl(0, TIOCNOTTY) < 0)
+    extern char **environ;
+    char **env = agent_env_copy(environ);
+    if (a->cfg.user)
+        agent_env_home(&env, user);
+    agent_env_default_path(&env);
+    if (a->cfg.tty && !agent_env_get(env, "TERM"))
+        agent_env_put(&env, "TERM=xterm");
+    return env;
+}
+
+/* The keeper's loop: the console alone, until the agent says how the main process ended. */
+static _Noreturn void keeper_run(struct agent_console *c, int note)
+{
+    struct pollfd p[AGENT_CONSOLE_SLOTS + 1];
+    for (;;) {
+        agent_console_poll_fill(c, p);
+        p[AGENT_CONSOLE_SLOTS] = (struct pollfd){note, POLLIN, 0};
+        if (poll(p, AGENT_CONSOLE_SLOTS + 1, -1) < 0)
+            continue;
+        if (p[AGENT_CONSOLE_SLOTS].revents) {
+            int st;
+            if (read(note, &st, sizeof(st)) == sizeof(st))
+                agent_console_finish(c, st);
+            _exit(0); /* or the agent is gone: so is the sandbox */
+        }
+        agent_console_dispatch(c, p);
+    }
+}
+
+/*
+ * The console runs in a process of its own, forked by the main process's child before it
+ * starts its session: a child of the main process. CRIU refuses a checkpoint unless, in its
+ * walk of the process tree (a parent before its children), the first process holding a PTY
+ * of a session is the one that opened that session's /dev/tty, which interactive shells
+ * do. PID 1 comes first in that walk, so it holds no end of the PTY; siblings would come in
+ * an order that each restore reverses; a child always comes after its parent. The keeper
+ * stays in PID 1's session and process group, with every signal blocked, so the terminal's
+ * ^C or hangup never reach it; it ends when the agent says the main process ended or goes.
+ */
+static void fork_keeper(const struct agent_spawn *sp, void *arg)
+{
+    struct agent *a = arg;
+    pid_t pid = fork();
+    if (pid < 0)
+        agent_warn("console: fork: %s", strerror(errno));
+    if (pid != 0)
         return;
-    sigemptyset(&hup);
-    sigaddset(&hup, SIGHUP);
-    (void)sigtimedwait(&hup, NULL, &zero);
+    close(sp->stdin_fd); /* the PTY's slave: the master sees EIO once the main process ends */
+    close(a->listen_fd);
+    close(a->sigfd);
+    close(a->keeper_note);
+    agent_console_set_pid(a->console, getppid()); /* the main process, about to exec */
+    keeper_run(a->console, a->keeper_read);
+}
+
+/*
+ * The main process's stdin (and with --tty its stdout and stderr): the console's PTY, which
+ * it makes its controlling terminal. Without a terminal it reads a pipe the agent holds open
+ * and never writes, as `docker run -i` does: an image whose command is a shell or a REPL
+ * idles, ready for exec, instead of exiting at once on end-of-file.
+ */
+static int main_stdio(struct agent *a, int fds[3])
+{
+    err_t err = {0};
+    if (a->cfg.tty) {
+        a->console = agent_console_open(a->cfg.console_path, &fds[0], &err);
+        if (!a->console) {
+            agent_warn("console: %s", err.msg);
+            return -1;
+        }
+        int note[2];
+        if (pipe2(note, O_CLOEXEC) == 0) {
+            a->keeper_read = note[0];
+            a->keeper_note = note[1];
+        } /* else the console stays in PID 1: it works, checkpoints may not */
+        fds[1] = fds[2] = fds[0];
+        return 0;
+    }
+    int in[2] = {-1, -1};
+    if (pipe2(in, O_CLOEXEC) < 0)
+        in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    fds[0] = in[0];
+    a->main_stdin = in[1];
+    return 0;
 }
 
 /* Start ARGV as the main process; failures print and exit like a shell would. */
 static void start_main(struct agent *a)
 {
-    extern char **environ;
     static struct agent_user user;
     err_t err = {0};
+    int fds[3] = {-1, -1, -1};
     if (a->cfg.user && agent_user_resolve(a->cfg.user, &user, &err) < 0) {
         agent_warn("%s", err.msg);
         exit(126);
     }
-    char **env = agent_env_copy(environ);
-    if (a->cfg.user)
-        agent_env_home(&env, &user);
-    agent_env_default_path(&env);
-    if (a->cfg.tty)
-        release_console();
-    /*
-     * Without a terminal the main process reads a pipe the agent holds open and never
-     * writes, as `docker run -i` does: an image whose command is a shell or a REPL idles,
-     * ready for exec, instead of exiting at once on end-of-file.
-     */
-    int in[2] = {-1, -1};
-    if (!a->cfg.tty && pipe2(in, O_CLOEXEC) < 0)
-        in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int devnull = in[0];
-    a->main_stdin = in[1];
+    if (main_stdio(a, fds) < 0)
+        exit(125);
+    char **env = main_env(a, &user);
     struct agent_spawn sp = {.argv = a->cfg.main_argv,
                              .envp = env,
                              .cwd = a->cfg.workdir,
                              .user = a->cfg.user ? &user : NULL,
-                             .stdin_fd = devnull,
-                             .stdout_fd = -1,
-                             .stderr_fd = -1,
+                             .stdin_fd = fds[0],
+                             .stdout_fd = fds[1],
+                             .stderr_fd = fds[2],
                              .ctty = a->cfg.tty,
-                             .report_fd = -1};
+                             .report_fd = -1,
+                             .before_session = a->keeper_note >= 0 ? fork_keeper : NULL,
+                             .hook_arg = a};
     a->main_pid = agent_spawn(&sp, &err);
     if (a->main_pid < 0) {
         agent_warn("%s", err.msg);
         exit(126);
     }
-    if (devnull >= 0)
-        close(devnull);
+    /* The PTY's other side stays only with the main process: its end is the master's EIO. */
+    if (fds[0] >= 0)
+        close(fds[0]);
+    if (a->console)
+        agent_console_set_pid(a->console, a->main_pid);
+    if (a->keeper_note >= 0) { /* the keeper serves the console from here on */
+        close(steal_fd(&a->keeper_read));
+        agent_console_close_fds(a->console);
+    }
     agent_env_free(env);
 }
 
 int main(int argc, char **argv)
 {
-    struct agent a = {.main_pid = 0, .main_stdin = -1};
+    struct agent a = {.main_pid = 0, .main_stdin = -1, .keeper_note = -1, .keeper_read = -1};
     parse_args(argc, argv, &a.cfg);
     a.sessions = xcalloc(MAX_SESSIONS, sizeof(pid_t));
     a.sigfd = setup_signals();
     /* Outside a PID namespace (tests, debugging) orphans should still come to us. */
     if (getpid() != 1)
         prctl(PR_SET_CHILD_SUBREAPER, 1);
-    a.listen_fd = listen_socket(a.cfg.socket_path);
+    a.listen_fd = agent_listen(a.cfg.socket_path);
     if (a.sigfd < 0 || a.listen_fd < 0) {
         agent_warn("cannot listen on %s: %s", a.cfg.socket_path, strerror(errno));
         return 125;
     }
     if (a.cfg.main_argv)
         start_main(&a);
-    struct pollfd p[2] = {{a.sigfd, POLLIN, 0}, {a.listen_fd, POLLIN, 0}};
+    struct pollfd p[2 + AGENT_CONSOLE_SLOTS];
     for (;;) {
-        if (poll(p, 2, -1) < 0)
+        nfds_t n = 2;
+        p[0] = (struct pollfd){a.sigfd, POLLIN, 0};
+        p[1] = (struct pollfd){a.listen_fd, POLLIN, 0};
+        if (a.console && a.keeper_note < 0) {
+            agent_console_poll_fill(a.console, p + 2);
+            n += AGENT_CONSOLE_SLOTS;
+        }
+        if (poll(p, n, -1) < 0)
             continue;
         if (p[0].revents)
             on_signals(&a);
         if (p[1].revents)
             on_accept(&a);
+        if (a.console && a.keeper_note < 0)
+            agent_console_dispatch(a.console, p + 2);
     }
 }

@@ -1,11 +1,13 @@
 /* sandboxer-agent internals: PID 1 of every sandbox (see docs/agent-protocol.md). */
 #pragma once
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "agent/protocol.h"
 #include "common/error.h"
 
 #define AGENT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -13,10 +15,11 @@
 /* The command line. */
 struct agent_config {
     const char *socket_path;
-    const char *user;    /* --user USER[:GROUP] for the main process and default for execs */
-    const char *workdir; /* --workdir for the main process and default for execs */
-    bool tty;            /* the main process gets the agent's stdio as its terminal */
-    char **main_argv;    /* NULL or empty: idle, serve execs only */
+    const char *user;         /* --user USER[:GROUP] for the main process and default for execs */
+    const char *workdir;      /* --workdir for the main process and default for execs */
+    bool tty;                 /* the main process runs on a PTY of the agent's (the console) */
+    const char *console_path; /* --console-socket; NULL: console.sock beside socket_path */
+    char **main_argv;         /* NULL or empty: idle, serve execs only */
 };
 
 /* A resolved user: ids, supplementary groups and home directory. */
@@ -66,6 +69,10 @@ struct agent_spawn {
     int stdin_fd, stdout_fd, stderr_fd;
     bool ctty;     /* make fd 0 the controlling terminal of the new session */
     int report_fd; /* >= 0: write a failure record here; -1: print to stderr */
+    /* Runs first in the child, before its new session (NULL: nothing): the console's keeper
+     * is forked there, so that it is a child of the main process (see agent.c). */
+    void (*before_session)(const struct agent_spawn *sp, void *arg);
+    void *hook_arg;
 };
 
 /* Why a child failed before exec completed; read from the report pipe. */
@@ -96,6 +103,38 @@ int agent_pty_open(int *master, int *slave, uint16_t cols, uint16_t rows, err_t 
 /* Set the window size of a PTY. */
 void agent_pty_resize(int master, uint16_t cols, uint16_t rows);
 
+/*
+ * pty.c, the console: with --tty the main process runs on a PTY whose master PID 1 keeps.
+ * Its output goes to fd 1 (the sandbox's log), into a 16 KiB replay ring and to up to
+ * AGENT_CONSOLE_CLIENTS clients of the console socket, served inside PID 1's poll loop
+ * (AGENT_CONSOLE_CLIENTS is in protocol.h, which this header includes).
+ */
+
+#define AGENT_CONSOLE_FINISH_MS 2000 /* how long the last frames may take to leave at the end */
+#define AGENT_CONSOLE_SLOTS     (3 + AGENT_CONSOLE_CLIENTS) /* pollfds the console uses */
+
+struct agent_console;
+
+/*
+ * Open the console's PTY (80 × 24) and listen on path (mode 0600); *slave gets the PTY side
+ * for the main process (the caller closes it once the process started). Makes fd 1
+ * non-blocking. NULL with err set on failure.
+ */
+struct agent_console *agent_console_open(const char *path, int *slave, err_t *err);
+/* The main process: SIGNAL frames go to its process group. */
+void agent_console_set_pid(struct agent_console *c, pid_t pid);
+/* Fill p[0 .. AGENT_CONSOLE_SLOTS) for the next poll (unused slots get fd -1). */
+void agent_console_poll_fill(struct agent_console *c, struct pollfd *p);
+/* Act on the revents of the slots filled by agent_console_poll_fill. */
+void agent_console_dispatch(struct agent_console *c, const struct pollfd *p);
+/*
+ * The main process ended with waitpid status st: forward the output still in the PTY, send
+ * every client EXIT, flush (bounded by a deadline), close and unlink the socket.
+ */
+void agent_console_finish(struct agent_console *c, int st);
+/* In a forked child of PID 1: close the console's fds (PID 1 keeps its own). */
+void agent_console_close_fds(struct agent_console *c);
+
 /* session.c — one connection, one request; runs in a forked child and never returns. */
 __attribute__((noreturn)) void agent_session_run(int sock, const struct agent_config *cfg);
 
@@ -107,6 +146,10 @@ int agent_write_all(int fd, const void *p, size_t n);
 int agent_send_frame(int fd, uint8_t type, const void *payload, size_t len);
 /* Send an ERROR frame {"code", "message"}. */
 int agent_send_error(int fd, const char *code, const char *message);
+/* Listen on a new unix socket at path (replacing a stale file), mode 0600, non-blocking. */
+int agent_listen(const char *path);
+/* An EXIT payload for waitpid status st: {"exit_code", "signal", "timed_out"}; its length. */
+size_t agent_exit_json(char *out, size_t size, int status, bool timed_out);
 /* Set or clear O_NONBLOCK. */
 int agent_set_nonblock(int fd, bool on);
 /* Print "sandboxer-agent: <msg>" on stderr. */

@@ -6,7 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -68,6 +72,43 @@ int agent_send_error(int fd, const char *code, const char *message)
     json_object_set_new(j, "message", json_string_lossy(message, strlen(message)));
     _cleanup_free_ char *s = json_dump_compact(j);
     return agent_send_frame(fd, AGENT_ERROR, s, strlen(s));
+}
+
+int agent_listen(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    (void)unlink(path);
+    /* umask during bind: there is no window in which the socket has wider bits. */
+    mode_t old = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old);
+    if (rc < 0 || chmod(path, 0600) < 0 || listen(fd, SOMAXCONN) < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+size_t agent_exit_json(char *out, size_t size, int status, bool timed_out)
+{
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    int code = sig ? 128 + sig : WEXITSTATUS(status);
+    char sigtext[16] = "null";
+    if (sig)
+        snprintf(sigtext, sizeof(sigtext), "%d", sig);
+    int n = snprintf(out, size, "{\"exit_code\":%d,\"signal\":%s,\"timed_out\":%s}", code, sigtext,
+                     timed_out ? "true" : "false");
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
 void agent_warn(const char *fmt, ...)

@@ -5,6 +5,10 @@
  *
  * A frame is a 4-byte big-endian payload length N, a 1-byte type, then N payload bytes.
  * N is at most AGENT_MAX_FRAME; a larger length is a protocol error (close the connection).
+ *
+ * The console socket of an interactive main process (--tty) uses the same frames: the agent
+ * sends STDOUT (a replay of recent output first), PONG, EXIT, ERROR; a client sends STDIN,
+ * RESIZE, PING, SIGNAL.
  */
 #pragma once
 
@@ -16,6 +20,9 @@
 #define AGENT_MAX_FRAME        (1024u * 1024u) /* largest payload accepted either way */
 #define AGENT_MAX_CHUNK        (64u * 1024u)   /* largest STDOUT/STDERR/STDIN/FILE_DATA sent */
 #define AGENT_SOCKET_DEFAULT   "/run/sandboxer/agent.sock"
+#define AGENT_CONSOLE_SOCKET   "console.sock" /* beside the agent socket, with --tty */
+#define AGENT_CONSOLE_REPLAY   (16u * 1024u)  /* output a console client gets on attaching */
+#define AGENT_CONSOLE_CLIENTS  8              /* console clients at once; more get ERROR busy */
 
 /* Frame types. Client → agent use 0x01-0x7f, agent → client 0x81-0xff, except FILE_DATA and
  * FILE_END, which also carry a WRITE's data from the client. */

@@ -210,16 +210,9 @@ static void on_timer(struct session *s)
 __attribute__((noreturn)) static void finish(struct session *s)
 {
     char json[128];
-    int st = s->status;
-    int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-    int code = sig ? 128 + sig : WEXITSTATUS(st);
-    char sigtext[16] = "null";
-    if (sig)
-        snprintf(sigtext, sizeof(sigtext), "%d", sig);
-    int n = snprintf(json, sizeof(json), "{\"exit_code\":%d,\"signal\":%s,\"timed_out\":%s}", code,
-                     sigtext, s->timed_out ? "true" : "false");
+    size_t n = agent_exit_json(json, sizeof(json), s->status, s->timed_out);
     agent_set_nonblock(s->sock, false);
-    session_queue(s, AGENT_EXIT, json, (size_t)n);
+    session_queue(s, AGENT_EXIT, json, n);
     discard_input(s->sock);
     _exit(0);
 }

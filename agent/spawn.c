@@ -81,6 +81,8 @@ __attribute__((noreturn)) static void child_fail(const struct agent_spawn *sp, i
 
 __attribute__((noreturn)) static void child_run(const struct agent_spawn *sp)
 {
+    if (sp->before_session)
+        sp->before_session(sp, sp->hook_arg);
     reset_signals();
     if (setsid() < 0 || install_stdio(sp) < 0)
         child_fail(sp, SPAWN_STAGE_FDS);

@@ -41,7 +41,22 @@ static void set_send_timeout(int fd, int timeout_ms)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-/* The listening peer must be the sandbox's init, not whatever else bound a socket there. */
+/* Same PID namespace: the inodes of /proc/PID/ns/pid match. */
+static bool same_pidns(pid_t a, pid_t b)
+{
+    char pa[64], pb[64];
+    struct stat sa, sb;
+    snprintf(pa, sizeof(pa), "/proc/%d/ns/pid", (int)a);
+    snprintf(pb, sizeof(pb), "/proc/%d/ns/pid", (int)b);
+    return stat(pa, &sa) == 0 && stat(pb, &sb) == 0 && sa.st_ino == sb.st_ino &&
+           sa.st_dev == sb.st_dev;
+}
+
+/*
+ * The listening peer must be the sandbox's init, or another process of the sandbox's own
+ * PID namespace (a restored console's keeper holds its socket), not whatever else bound a
+ * socket there. An init in our own namespace (tests) must be the peer itself.
+ */
 static int check_peer(int fd, pid_t expected_pid, err_t *err)
 {
     struct ucred cred;
@@ -50,7 +65,9 @@ static int check_peer(int fd, pid_t expected_pid, err_t *err)
         return 0;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return unavailable(err, errno, "SO_PEERCRED");
-    if (cred.pid != expected_pid)
+    bool own_ns = same_pidns(expected_pid, getpid());
+    if (cred.pid != expected_pid &&
+        (own_ns || !(cred.pid > 0 && same_pidns(cred.pid, expected_pid))))
         return err_set(err, ERR_RUNTIME, 0, "agent_unavailable",
                        "agent socket: the peer is pid %d, not the sandbox's init %d", (int)cred.pid,
                        (int)expected_pid);

@@ -114,6 +114,7 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                   "cwd", cwd && *cwd ? cwd : "/", "network",
                   q->network ? q->network : m->cfg.default_network, "ports", q->ports,
                   "idle_timeout", (json_int_t)q->idle_timeout); /* -1: the daemon's default */
+    json_object_set_new(spec, "interactive", json_boolean(q->interactive == 1));
     /* The agent version it binds: forks and restores keep binding the same file. */
     json_object_set_new(spec, "agent_dir", json_string(m->agent_dir));
     /* The lower dirs it mounts: image GC keeps them while the sandbox exists. */

@@ -103,6 +103,8 @@ static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *sp
     r->created_at = r->last_active_at = now_unix();
     snprintf(r->runtime, sizeof(r->runtime), "runc");
     r->spec = json_deep_copy(spec);
+    /* The console goes along with the processes (the spec says whether there is one). */
+    r->interactive = json_is_true(json_object_get(spec, "interactive"));
 }
 
 /* Start a prepared clone (dirs made, upper filled) from ckpt (or afresh when NULL). */

@@ -284,3 +284,32 @@ def test_cli_attach_detaches_with_ctrl_bracket(sbx_daemon, sbx):
         assert c.wait() == 4
     finally:
         c.kill()
+
+
+def test_interactive_sandbox_survives_hibernate_and_fork(sbx_daemon, sbx):
+    """The console's PTY lives inside the sandbox, so CRIU takes it along."""
+    d = sbx_daemon
+    sid = sbx.create("busybox", interactive=True, args=["/bin/sh"])["id"]
+    t = Term(connect(d, sid, route="attach"))
+    t.send("X=remembered-$((20+1))\n")
+    t.send("echo set\n")
+    t.read_until(b"set\r\n")
+    t.ws.close()
+    r = sbx.post(f"/sandboxes/{sid}/hibernate", timeout=120)
+    assert r.status_code == 200, r.text
+    r = sbx.post(f"/sandboxes/{sid}/wake", timeout=120)
+    assert r.status_code == 200, r.text
+    t = Term(connect(d, sid, route="attach"))
+    t.send("echo after-wake $X\n")
+    assert b"after-wake remembered-21" in t.read_until(b"after-wake remembered-21")
+    t.ws.close()
+    r = sbx.post(f"/sandboxes/{sid}/fork", json={}, timeout=120)
+    assert r.status_code == 201, r.text
+    child = r.json()["id"]
+    sbx.created.append(child)
+    t = Term(connect(d, child, route="attach"))
+    t.send("echo in-child $X\n")
+    assert b"in-child remembered-21" in t.read_until(b"in-child remembered-21")
+    t.send("exit 9\n")
+    assert json.loads(t.wait_close()[1])["exit_code"] == 9
+    t.ws.close()
