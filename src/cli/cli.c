@@ -577,7 +577,7 @@ static const char overview_options[] =
     "$XDG_CONFIG_HOME/sandboxer/token or ~/.config/sandboxer/token (`token create --save`).\n"
     "\n"
     "Exit status: 0 on success, 1 when the daemon reports an error or cannot be reached,\n"
-    "2 on a usage error; `exec` passes on the command's own status.\n";
+    "2 on a usage error; `exec`, `shell` and `attach` pass on the command's own status.\n";
 
 const struct cli_verb *cli_verb_table(size_t *n)
 {

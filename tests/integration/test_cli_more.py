@@ -78,3 +78,33 @@ COMP_WORDS=(sandboxer files rm ID /x --rec); COMP_CWORD=5; _sandboxer; echo "4:$
                          timeout=10).stdout.splitlines()
     assert out == ["1:snapshot", "2:create ls rm", "3:--interactive", "4:--recursive"], out
     assert run(daemon, "completion", "zsh", check=False).returncode == 2
+
+
+def test_docs_cli_md_is_generated_from_the_current_help():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    gen = subprocess.run(["python3", os.path.join(root, "tools", "gen_cli_md.py"), BIN],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    with open(os.path.join(root, "docs", "cli.md")) as f:
+        assert f.read() == gen, "docs/cli.md is stale: run tools/gen_cli_md.py build/sandboxer"
+
+
+def test_docs_cli_md_session_runs(sbx_daemon, sbx, tmp_path):
+    """The walk-through at the top of docs/cli.md, as written (less the daemon and the shell)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "cli.md")) as f:
+        doc = f.read()
+    session = doc.split("## A session", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [ln for ln in session.splitlines()
+             if not ln.startswith(("make run", "export ", "sandboxer shell"))]
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    d = sbx_daemon
+    env = {"PATH": f"{os.path.dirname(BIN)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+           "HOME": d.workdir, "SANDBOXER_URL": d.url, "SANDBOXER_TOKEN": d.admin_token}
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                        "\n".join(lines) + "\necho \"IDS $ID $CHILD\""],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    ids = [ln for ln in p.stdout.splitlines() if ln.startswith("IDS ")]
+    if ids:
+        sbx.created.extend(ids[0].split()[1:])
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "42\n" in p.stdout and "data.csv" in p.stdout
