@@ -86,7 +86,7 @@ static int parse_range(const char *h, uint64_t size, struct range *rg, err_t *er
         return 0; /* not a range we serve: the whole file, as RFC 9110 allows */
     }
     if (size == 0 || a >= size || a > b)
-        return err_set(err, ERR_INVALID, 0, "range_not_satisfiable",
+        return err_set(err, ERR_RANGE, 0, "range_not_satisfiable",
                        "the range is outside the file of %" PRIu64 " bytes", size);
     *rg = (struct range){a, b - a + 1, true};
     return 0;
@@ -152,8 +152,15 @@ static int download(api_req_t *r, const char *key, const char *path, int64_t siz
 {
     struct range rg = {0, 0, false};
     if (size >= 0 &&
-        parse_range(api_header(r, MHD_HTTP_HEADER_RANGE), (uint64_t)size, &rg, err) < 0)
-        return -1;
+        parse_range(api_header(r, MHD_HTTP_HEADER_RANGE), (uint64_t)size, &rg, err) < 0) {
+        if (err->kind != ERR_RANGE)
+            return -1;
+        api_reply_error(r, err); /* 416 says how large the file is (RFC 9110, 15.5.17) */
+        char cr[48];
+        snprintf(cr, sizeof(cr), "bytes */%" PRIu64, (uint64_t)size);
+        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+        return 0;
+    }
     struct download *d = xcalloc(1, sizeof(*d));
     *d = (struct download){r->api->sbx,
                            r->user,

@@ -34,6 +34,8 @@ unsigned api_status_for(err_kind_t kind)
         return MHD_HTTP_SERVICE_UNAVAILABLE;
     case ERR_BAD_GATEWAY:
         return MHD_HTTP_BAD_GATEWAY;
+    case ERR_RANGE:
+        return MHD_HTTP_RANGE_NOT_SATISFIABLE;
     case ERR_RUNTIME:
     case ERR_INTERNAL:
         break;

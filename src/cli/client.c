@@ -302,6 +302,8 @@ static err_kind_t kind_of_status(long status)
         return ERR_CONFLICT;
     case 413:
         return ERR_TOO_LARGE;
+    case 416:
+        return ERR_RANGE;
     case 422:
         return ERR_UNPROCESSABLE;
     case 429:

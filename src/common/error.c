@@ -19,6 +19,7 @@ static const char *const kind_names[] = {
     [ERR_INTERNAL] = "internal",
     [ERR_UNAVAILABLE] = "unavailable",
     [ERR_BAD_GATEWAY] = "bad_gateway",
+    [ERR_RANGE] = "range_not_satisfiable",
 };
 
 const char *err_kind_name(err_kind_t kind)

@@ -19,6 +19,7 @@ typedef enum {
     ERR_INTERNAL,      /* a bug or an unexpected host failure */
     ERR_UNAVAILABLE,   /* not ready or shutting down */
     ERR_BAD_GATEWAY,   /* what a sandbox serves (through the proxy) did not answer properly */
+    ERR_RANGE,         /* a Range outside the file */
 } err_kind_t;
 
 /* An error: kind, errno (0 if none), machine code and a human sentence. */

@@ -42,7 +42,8 @@ def test_range_requests(sbx):
     r = sbx.get(f"/sandboxes/{sid}/files/tmp/r.bin", headers={"Range": "bytes=-5"})
     assert r.content == data[-5:]
     r = sbx.get(f"/sandboxes/{sid}/files/tmp/r.bin", headers={"Range": f"bytes={len(data)}-"})
-    assert r.status_code == 400
+    assert r.status_code == 416 and r.json()["code"] == "range_not_satisfiable"
+    assert r.headers["content-range"] == f"bytes */{len(data)}"
 
 
 def test_multipart_upload_of_several_files(sbx):
