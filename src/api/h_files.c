@@ -267,6 +267,8 @@ struct upload {
     char *key, *dir;
     struct MHD_PostProcessor *pp;
     sbx_files_t *cur;
+    char *cur_name;       /* the part being written */
+    uint64_t cur_written; /* its bytes so far */
     json_t *uploaded;
     err_t err;
 };
@@ -278,6 +280,7 @@ static void upload_free(void *ctx)
         MHD_destroy_post_processor(u->pp);
     sbx_files_close(u->cur);
     json_decref(u->uploaded);
+    free(u->cur_name);
     free(u->key);
     free(u->dir);
     free(u);
@@ -312,7 +315,20 @@ static int start_file(struct upload *u, const char *filename)
     }
     json_array_append_new(u->uploaded, json_string(q.path));
     free(path);
+    free(u->cur_name);
+    u->cur_name = xstrdup(filename);
+    u->cur_written = 0;
     return 0;
+}
+
+/*
+ * A part starts at offset 0, but libmicrohttpd may call twice at offset 0 for one part:
+ * first with no bytes (its headers parsed), then with its first bytes. Only a call at 0
+ * after bytes came, or for another name, begins a new file.
+ */
+static bool new_part(const struct upload *u, const char *filename, uint64_t off)
+{
+    return off == 0 && (!u->cur || u->cur_written > 0 || strcmp(u->cur_name, filename) != 0);
 }
 
 static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -327,10 +343,11 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
         return err_set(&u->err, ERR_INVALID, 0, "invalid_field",
                        "field 'files' must carry files (with a filename)"),
                MHD_NO;
-    if (off == 0 && (finish_current(u) < 0 || start_file(u, filename) < 0))
+    if (new_part(u, filename, off) && (finish_current(u) < 0 || start_file(u, filename) < 0))
         return MHD_NO;
     if (size && sbx_file_write_chunk(u->cur, data, size, &u->err) < 0)
         return MHD_NO;
+    u->cur_written += size;
     return MHD_YES;
 }
 

@@ -1,5 +1,6 @@
 """The files API: inside the sandbox, through its agent, streamed both ways."""
 import hashlib
+import json
 import os
 import threading
 import time
@@ -57,6 +58,36 @@ def test_multipart_upload_of_several_files(sbx):
         assert sbx.get(f"/sandboxes/{sid}/files/tmp/up/{name}").content == content
     bad = sbx.post(f"/sandboxes/{sid}/files/tmp/up", files=[("files", ("../evil", b"x"))])
     assert bad.status_code == 400
+
+
+def test_multipart_sent_in_tiny_pieces_lists_each_file_once(sbx_daemon, sbx):
+    """Part boundaries split across reads: each file is written whole and listed once."""
+    import socket
+    import time
+    sid = sbx.create("busybox")["id"]
+    parts = [("a.txt", b"alpha\n"), ("empty", b""), ("b.bin", bytes(range(256)) + b"tail")]
+    boundary = "sbxTestBoundary7"
+    body = b"".join(
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; "
+        f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n".encode()
+        + data + b"\r\n" for name, data in parts) + f"--{boundary}--\r\n".encode()
+    head = (f"POST /sandboxes/{sid}/files/tmp/tiny HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {sbx_daemon.admin_token}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", sbx_daemon.port), timeout=30) as s:
+        s.sendall(head)
+        for i in range(0, len(body), 3):
+            s.sendall(body[i:i + 3])
+            time.sleep(0.002)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
+    listed = json.loads(answer.split(b"\r\n\r\n", 1)[1])["uploaded"]
+    assert listed == [f"/tmp/tiny/{n}" for n, _ in parts]
+    for name, data in parts:
+        assert sbx.get(f"/sandboxes/{sid}/files/tmp/tiny/{name}").content == data
 
 
 def test_symlink_to_etc_hostname_reads_the_sandboxs_file(sbx):
