@@ -106,6 +106,9 @@ struct agentc_exec_req {
     bool stdin_pipe;         /* give the process a stdin pipe (else /dev/null) */
     const void *stdin_data;  /* agentc_exec: written to the pipe, which then closes */
     size_t stdin_len;
+    const int *cancel_fd; /* agentc_exec: NULL, or a socket or pipe end watched for a hangup
+                             (the client went away): the exec is then abandoned with
+                             ERR_UNAVAILABLE "client_gone" (closing fd kills it) */
 };
 
 /* What became of an exec. */

@@ -149,11 +149,15 @@ static int wait_socket(struct exec_state *st, short *revents, err_t *err)
                            "the agent did not finish the exec in time");
         ms = (int)left + 1;
     }
-    struct pollfd p = {.fd = st->fd, .events = POLLIN | (want_send(st) ? POLLOUT : 0)};
-    int n = poll(&p, 1, ms);
+    struct pollfd p[2] = {{.fd = st->fd, .events = POLLIN | (want_send(st) ? POLLOUT : 0)},
+                          {.fd = st->req->cancel_fd ? *st->req->cancel_fd : -1, POLLRDHUP, 0}};
+    int n = poll(p, 2, ms);
     if (n < 0 && errno != EINTR)
         return err_set(err, ERR_RUNTIME, errno, "agent_unavailable", "poll: %s", strerror(errno));
-    *revents = n > 0 ? p.revents : 0;
+    if (n > 0 && (p[1].revents & (POLLHUP | POLLERR | POLLRDHUP)))
+        return err_set(err, ERR_UNAVAILABLE, 0, "client_gone",
+                       "the client went away: the command was killed");
+    *revents = n > 0 ? p[0].revents : 0;
     return 0;
 }
 

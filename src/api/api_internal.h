@@ -119,6 +119,8 @@ unsigned api_status_for(err_kind_t kind);
 struct api_stream {
     int fd;
     api_t *api;
+    int client_fd; /* a copy of the client's socket (or -1): a producer that waits long polls it
+                      to notice the client going away (MHD notices only when it next writes) */
 };
 
 /* A producer of a streamed body; runs on its own thread, the stream closes when it returns. */

@@ -66,6 +66,8 @@ static void exec_stream_main(struct api_stream *s, void *ctx)
 {
     struct exec_job *job = ctx;
     job->s = s;
+    if (s->client_fd >= 0) /* the client gone: kill the command */
+        job->q.cancel_fd = &s->client_fd;
     struct sbx_exec_result res = {0};
     err_t err = {0};
     if (sbx_exec(job->sbx, &job->user, job->key, &job->q, stream_chunk, job, &res, &err) == 0) {
@@ -123,6 +125,10 @@ static int run_exec(api_req_t *r, json_t *body, struct sbx_exec_req *q, err_t *e
         return 0;
     }
     struct sbx_exec_result res = {0};
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int client_fd = ci ? ci->connect_fd : -1;
+    q->cancel_fd = client_fd >= 0 ? &client_fd : NULL; /* a client that gives up kills it */
     int rc = sbx_exec(r->api->sbx, &r->user, key, q, NULL, NULL, &res, err);
     if (rc == 0)
         api_reply_json(r, 200, result_json(&res));

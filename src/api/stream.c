@@ -29,6 +29,8 @@ static void *stream_main(void *arg)
     log_set_request_id(job->rid);
     job->fn(&job->s, job->ctx);
     close(job->s.fd);
+    if (job->s.client_fd >= 0)
+        close(job->s.client_fd);
     atomic_fetch_sub(&job->api->streams, 1);
     free(job);
     return NULL;
@@ -87,7 +89,10 @@ int api_reply_stream_sized(api_req_t *r, unsigned status, const char *type, int6
     struct stream_job *job = xcalloc(1, sizeof(*job));
     job->fn = fn;
     job->ctx = ctx;
-    job->s = (struct api_stream){fds[1], r->api};
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    job->s =
+        (struct api_stream){fds[1], r->api, ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3) : -1};
     job->api = r->api;
     memcpy(job->rid, r->rid, sizeof(job->rid));
     pthread_attr_t attr;
@@ -99,6 +104,8 @@ int api_reply_stream_sized(api_req_t *r, unsigned status, const char *type, int6
         atomic_fetch_sub(&r->api->streams, 1);
         pthread_attr_destroy(&attr);
         close(fds[0]), close(fds[1]);
+        if (job->s.client_fd >= 0)
+            close(job->s.client_fd);
         free(job);
         return err_sys(err, "start a stream");
     }

@@ -129,6 +129,7 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
         .stdin_pipe = q->has_stdin,
         .stdin_data = q->stdin_data,
         .stdin_len = q->stdin_len,
+        .cancel_fd = q->cancel_fd,
     };
     struct agentc_exec_result ares = {0};
     int wait_ms = ar.timeout_ms > 0 ? (int)(ar.timeout_ms + 10000) : 0;

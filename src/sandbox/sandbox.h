@@ -88,7 +88,9 @@ struct sbx_exec_req {
     const char *stdin_data;
     size_t stdin_len;
     bool has_stdin;
-    double timeout_s; /* <= 0: none */
+    double timeout_s;     /* <= 0: none */
+    const int *cancel_fd; /* NULL, or the client's socket (or stream pipe): its hangup kills
+                             the command */
 };
 
 /* Output sink of a streaming exec: called per chunk (fd 1/2); return false to stop. */

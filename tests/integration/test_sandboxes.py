@@ -383,3 +383,23 @@ def test_image_config_and_layers_are_honoured(sbx):
     while "override" not in sbx.get(f"/sandboxes/{args}/logs").text:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_a_client_that_gives_up_kills_its_exec(sbx):
+    """Plain and streamed execs end when their client goes away, so the sandbox is free."""
+    import httpx as _httpx
+    import time as _time
+    sid = sbx.create("busybox")["id"]
+    for stream in (False, True):
+        marker = f"sleep 3{int(stream)}7"
+        with pytest.raises(_httpx.ReadTimeout):
+            sbx.post(f"/sandboxes/{sid}/execute", params={"stream": "true"} if stream else None,
+                     json={"code": f"{marker}; echo never"}, timeout=1.5)
+        deadline = _time.monotonic() + 10
+        while marker in sbx.sh(sid, "ps -o args")["stdout"]:
+            assert _time.monotonic() < deadline, f"{marker} still runs"
+            _time.sleep(0.2)
+    # nothing holds the sandbox: a fork goes through at once
+    r = sbx.post(f"/sandboxes/{sid}/fork", json={}, timeout=60)
+    assert r.status_code == 201, r.text
+    sbx.created.append(r.json()["id"])
