@@ -184,6 +184,25 @@ static int download(api_req_t *r, const char *key, const char *path, int64_t siz
     return 0;
 }
 
+static int discard(void *ctx, const uint8_t *p, size_t n)
+{
+    (void)ctx, (void)p, (void)n;
+    return 0;
+}
+
+/*
+ * Open the file as the request's user for one byte before answering: a file it may not read
+ * (or one that vanished) is then a 403 (404) rather than a 200 whose body never comes.
+ */
+static int check_readable(api_req_t *r, const char *key, const struct agentc_file_req *q,
+                          err_t *err)
+{
+    struct agentc_file_req probe = *q;
+    probe.offset = 0;
+    probe.length = 1;
+    return sbx_file_read(r->api->sbx, &r->user, key, &probe, NULL, discard, NULL, err);
+}
+
 int h_files_get(api_req_t *r, err_t *err)
 {
     _cleanup_free_ char *key = api_param(r, "id");
@@ -212,6 +231,8 @@ int h_files_get(api_req_t *r, err_t *err)
     /* A symlink's own size is its target's name: stream the target without a length. */
     int64_t size =
         strcmp(type, "file") == 0 ? json_integer_value(json_object_get(info, "size")) : -1;
+    if (check_readable(r, key, &q, err) < 0)
+        return -1;
     return download(r, key, q.path, size, err);
 }
 

@@ -183,3 +183,12 @@ def test_200_megabytes_both_ways_in_bounded_memory(sbx_daemon, sbx):
         stop.set()
         t.join()
     assert peak[0] < 100 * 1024, f"daemon RSS peaked at {peak[0]} KiB"
+
+
+def test_a_file_the_user_may_not_read_is_403_before_any_body(sbx):
+    sid = sbx.create("busybox")["id"]
+    sbx.sh(sid, "echo secret > /tmp/private && chmod 600 /tmp/private")
+    r = sbx.get(f"/sandboxes/{sid}/files/tmp/private", params={"user": "65534"})
+    assert r.status_code == 403 and r.json()["code"] == "permission_denied", r.text
+    # root (the sandbox's default user here) reads it whole
+    assert sbx.get(f"/sandboxes/{sid}/files/tmp/private").content == b"secret\n"
