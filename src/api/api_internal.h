@@ -65,9 +65,11 @@ struct api {
     int tcp_fd, unix_fd;
     unsigned tcp_port;
     atomic_int inflight;
-    atomic_int streams;   /* producer threads of streamed replies */
-    atomic_bool draining; /* refuse new requests */
-    atomic_bool stopping; /* in-flight streams should end now */
+    atomic_int streams;         /* producer threads of streamed replies */
+    atomic_bool draining;       /* refuse new requests */
+    atomic_bool stopping;       /* in-flight streams should end now */
+    atomic_ullong responses[6]; /* finished requests by status class (index 1-5: 1xx-5xx) */
+    double started_at;          /* Unix time the server started (for /metrics) */
 };
 
 /* One HTTP request, from its first byte to its completion. */
@@ -153,6 +155,8 @@ extern const unsigned long api_openapi_json_len;
 /* Handlers. */
 int h_healthz(api_req_t *r, err_t *err);
 int h_readyz(api_req_t *r, err_t *err);
+int h_metrics(api_req_t *r, err_t *err);
+int h_stats(api_req_t *r, err_t *err);
 int h_openapi(api_req_t *r, err_t *err);
 int h_token_create(api_req_t *r, err_t *err);
 int h_token_list(api_req_t *r, err_t *err);

@@ -38,6 +38,16 @@ int h_sandbox_get(api_req_t *r, err_t *err)
     return 0;
 }
 
+int h_stats(api_req_t *r, err_t *err)
+{
+    _cleanup_free_ char *id = api_param(r, "id");
+    json_t *out = NULL;
+    if (sbx_stats(r->api->sbx, &r->user, id, &out, err) < 0)
+        return -1;
+    api_reply_json(r, 200, out);
+    return 0;
+}
+
 struct patch_req {
     const char *label;
     int is_public;

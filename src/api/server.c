@@ -372,6 +372,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
             r->authed ? r->user.name : "-",
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=true");
     log_set_request_id(NULL);
+    unsigned cls_idx = r->status / 100;
+    if (cls_idx >= 1 && cls_idx <= 5)
+        atomic_fetch_add(&api->responses[cls_idx], 1);
     req_free(r);
     *req_cls = NULL;
     atomic_fetch_sub(&api->inflight, 1);
@@ -405,6 +408,7 @@ api_t *api_start(const struct api_config *cfg, store_t *store, struct sbx_mgr *s
 {
     api_t *api = xcalloc(1, sizeof(*api));
     api->cfg = *cfg;
+    api->started_at = now_unix();
     api->store = store;
     api->sbx = sbx;
     api->images = images;

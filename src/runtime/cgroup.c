@@ -1,6 +1,10 @@
 /* cgroup hierarchy detection: v1/hybrid or v2 unified, read from the filesystem. */
 #include <linux/magic.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/vfs.h>
 
 #include "runtime.h"
@@ -22,4 +26,70 @@ enum cgroup_mode runtime_cgroup_mode(void)
 {
     pthread_once(&once, detect);
     return mode;
+}
+
+/* The first line of dir/name as an integer; -1 if absent or "max". */
+static int64_t read_num(const char *dir, const char *name)
+{
+    char path[512], line[64];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    bool ok = fgets(line, sizeof(line), f) != NULL;
+    fclose(f);
+    char *end;
+    long long v = ok ? strtoll(line, &end, 10) : -1;
+    return ok && end != line && v >= 0 ? (int64_t)v : -1;
+}
+
+/* "key value" lines of dir/name: the value of key, or -1. */
+static int64_t read_keyed(const char *dir, const char *name, const char *key)
+{
+    char path[512], k[64];
+    long long v;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    int64_t out = -1;
+    while (fscanf(f, "%63s %lld", k, &v) == 2)
+        if (strcmp(k, key) == 0) {
+            out = v;
+            break;
+        }
+    fclose(f);
+    return out;
+}
+
+/* v1 memory.limit_in_bytes says "no limit" with a huge page-aligned number. */
+static int64_t v1_limit(int64_t v)
+{
+    return v >= (INT64_MAX / 2) ? -1 : v;
+}
+
+void runtime_cgroup_stats(const char *id, struct cgroup_stats *st)
+{
+    *st = (struct cgroup_stats){-1, -1, -1, -1, -1, -1};
+    char dir[256];
+    if (runtime_cgroup_mode() == CGROUP_V2) {
+        snprintf(dir, sizeof(dir), "/sys/fs/cgroup/sandboxer/%s", id);
+        int64_t usec = read_keyed(dir, "cpu.stat", "usage_usec");
+        st->cpu_ns = usec >= 0 ? usec * 1000 : -1;
+        st->memory = read_num(dir, "memory.current");
+        st->memory_limit = read_num(dir, "memory.max");
+        st->memory_peak = read_num(dir, "memory.peak");
+        st->pids = read_num(dir, "pids.current");
+        st->pids_limit = read_num(dir, "pids.max");
+        return;
+    }
+    snprintf(dir, sizeof(dir), "/sys/fs/cgroup/cpuacct/sandboxer/%s", id);
+    st->cpu_ns = read_num(dir, "cpuacct.usage");
+    snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory/sandboxer/%s", id);
+    st->memory = read_num(dir, "memory.usage_in_bytes");
+    st->memory_limit = v1_limit(read_num(dir, "memory.limit_in_bytes"));
+    st->memory_peak = read_num(dir, "memory.max_usage_in_bytes");
+    snprintf(dir, sizeof(dir), "/sys/fs/cgroup/pids/sandboxer/%s", id);
+    st->pids = read_num(dir, "pids.current");
+    st->pids_limit = read_num(dir, "pids.max");
 }

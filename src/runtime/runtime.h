@@ -14,6 +14,19 @@ enum cgroup_mode { CGROUP_V1 = 1, CGROUP_V2 = 2 };
 /* Detect cgroup v1 (incl. hybrid) or v2 (unified) once; never assumed. */
 enum cgroup_mode runtime_cgroup_mode(void);
 
+/* What a sandbox's cgroup says; -1 where it says nothing (no such file, no limit). */
+struct cgroup_stats {
+    int64_t cpu_ns;       /* CPU time used, all tasks, since the cgroup was made */
+    int64_t memory;       /* bytes charged now (page cache included) */
+    int64_t memory_limit; /* bytes */
+    int64_t memory_peak;  /* the most charged at once */
+    int64_t pids;         /* tasks now */
+    int64_t pids_limit;
+};
+
+/* Read the cgroup of container id (v1 or v2 as detected). */
+void runtime_cgroup_stats(const char *id, struct cgroup_stats *st);
+
 /* What the generated OCI spec needs to know about one sandbox. */
 struct spec_opts {
     const char *id; /* container id and cgroup leaf */

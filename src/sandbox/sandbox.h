@@ -141,6 +141,10 @@ void sbx_term_touch(sbx_term_t *t);
  * group), record the exit code (-1: unknown), release the sandbox. */
 void sbx_term_close(sbx_term_t *t, int exit_code);
 
+/* What owner's sandbox uses now: cpu, memory, pids (running or paused), disk (its writable
+ * layer) and network bytes; never wakes it. */
+int sbx_stats(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
+
 /* Check that an exec could start now: owner's sandbox exists and is running. */
 int sbx_exec_check(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* Validate exec argv (non-empty strings) and env (object of strings). */

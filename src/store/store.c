@@ -131,3 +131,42 @@ bool store_ping(store_t *s)
         return false;
     return sqlite3_step(st) == SQLITE_ROW;
 }
+
+/* One "SELECT k, COUNT(*) ... GROUP BY k" (or a single count with k = NULL) into obj. */
+static int count_into(store_t *s, const char *sql, json_t *obj, const char *single, err_t *err)
+{
+    sqlite3_stmt *st _cleanup_stmt_ = NULL;
+    if (store_prepare(s, sql, &st, err) < 0)
+        return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (single) {
+            json_object_set_new(obj, single, json_integer(sqlite3_column_int64(st, 0)));
+            continue;
+        }
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        json_object_set_new(obj, k ? k : "", json_integer(sqlite3_column_int64(st, 1)));
+    }
+    return rc == SQLITE_DONE ? 0 : store_fail(s, "count", err);
+}
+
+int store_counts(store_t *s, json_t **out, err_t *err)
+{
+    STORE_LOCK(s);
+    json_t *j = json_object(), *by_status = json_object();
+    json_object_set_new(j, "sandboxes", by_status);
+    int rc = count_into(s, "SELECT status, COUNT(*) FROM sandboxes GROUP BY status", by_status,
+                        NULL, err);
+    if (rc == 0)
+        rc = count_into(s, "SELECT COUNT(*) FROM users", j, "users", err);
+    if (rc == 0)
+        rc = count_into(s, "SELECT COUNT(*) FROM executions", j, "executions", err);
+    if (rc == 0)
+        rc = count_into(s, "SELECT COUNT(*) FROM snapshots", j, "snapshots", err);
+    if (rc < 0) {
+        json_decref(j);
+        return -1;
+    }
+    *out = j;
+    return 0;
+}

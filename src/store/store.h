@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/error.h"
 
 typedef struct store store_t;
@@ -37,6 +39,9 @@ int store_schema_version(store_t *s);
 int store_migration_count(void);
 /* True if the database answers a trivial query. */
 bool store_ping(store_t *s);
+/* Counts for /metrics: {"sandboxes": {status: n}, "users": n, "executions": n,
+ * "snapshots": n} (a new object in *out). */
+int store_counts(store_t *s, json_t **out, err_t *err);
 
 /* Number of users. */
 int store_user_count(store_t *s, int64_t *out, err_t *err);

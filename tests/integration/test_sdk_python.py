@@ -533,3 +533,16 @@ def test_pip_install_offline_into_a_venv(tmp_path):
     assert r.returncode == 0, r.stderr
     version, where, typed = r.stdout.split()
     assert version == sandboxer.__version__ and where.startswith(str(venv)) and typed == "True"
+
+
+def test_stats_and_metrics(sbx_daemon, sbx):
+    client = Sandboxer(sbx_daemon.url, sbx_daemon.admin_token)
+    box = client.create("busybox", memory="64M")
+    try:
+        box.exec("dd if=/dev/zero of=/tmp/blob bs=1M count=2 2>/dev/null")
+        st = box.stats()
+        assert st["memory"]["limit_bytes"] == 64 << 20 and st["cpu"]["usage_seconds"] > 0
+        assert st["disk"]["used_bytes"] >= 2 << 20
+        assert 'sandboxer_sandboxes{status="running"}' in client.metrics()
+    finally:
+        box.terminate()

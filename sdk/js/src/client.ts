@@ -238,6 +238,12 @@ export class Sandboxer {
     return this.http.json("GET", "/healthz", { signal: opts.signal });
   }
 
+  /** GET /metrics (admins): the Prometheus text exposition. */
+  async metrics(opts: RequestOptions = {}): Promise<string> {
+    const r = await this.http.send("GET", "/metrics", { signal: opts.signal });
+    return await r.text();
+  }
+
   /** GET /readyz: resolves when ready, UnavailableError (503) otherwise. */
   async ready(opts: RequestOptions = {}): Promise<{ status: string; schemaVersion?: number }> {
     const r = await this.http.json<{ status: string; schema_version?: number }>("GET", "/readyz", { signal: opts.signal });

@@ -566,6 +566,14 @@ export class Sandbox {
     return new Sandbox(this.http, toSandboxInfo(w));
   }
 
+  /**
+   * What it uses now (cgroup, writable layer, veth): `{cpu, memory, pids, disk, network}` as
+   * the daemon sends them (snake_case); a hibernated sandbox is not woken, only `disk` is known.
+   */
+  async stats(opts: RequestOptions = {}): Promise<Record<string, unknown>> {
+    return this.http.json<Record<string, unknown>>("GET", this.path("/stats"), { signal: opts.signal });
+  }
+
   /** The fork tree it is part of, from the topmost ancestor. */
   async tree(opts: RequestOptions = {}): Promise<SandboxTree> {
     const r = await this.http.json<{ tree?: string; tree_json?: Record<string, unknown> }>("GET", this.path("/tree"), { signal: opts.signal });

@@ -174,3 +174,16 @@ test("the proxy reaches the sandbox's HTTP server; public needs no token", T, as
   assert.equal(open.status, 200);
   assert.equal(await open.text(), "it-works\n");
 });
+
+test("stats of a sandbox, and the daemon's metrics for admins", T, async (t) => {
+  const box = await create(t, { memory: "64M" });
+  await box.exec("dd if=/dev/zero of=/tmp/blob bs=1M count=2 2>/dev/null");
+  const st = await box.stats();
+  assert.equal(st.id, box.id);
+  assert.equal(st.memory.limit_bytes, 64 * 1024 * 1024);
+  assert.ok(st.cpu.usage_seconds > 0);
+  assert.ok(st.disk.used_bytes >= 2 * 1024 * 1024);
+  const text = await sbx.metrics();
+  assert.match(text, /^sandboxer_sandboxes\{status="running"\} [1-9]/m);
+  await assert.rejects(otherClient().metrics(), (e) => e instanceof SandboxerError && e.status === 403);
+});

@@ -198,6 +198,14 @@ def op_openapi() -> Req:
     return Req("GET", "/openapi.json")
 
 
+def op_metrics() -> Req:
+    return Req("GET", "/metrics", parse=_text)
+
+
+def op_stats(sid: str) -> Req:
+    return Req("GET", f"/sandboxes/{q(sid)}/stats")
+
+
 def op_me() -> Req:
     return Req("GET", "/auth/me", parse=_model(User))
 

@@ -240,6 +240,10 @@ class Sandboxer(_ClientBase):
         """The caller: ``{id, name, admin, created_at, token: {id, name}}``."""
         return self._call(B.op_me())  # type: ignore[no-any-return]
 
+    def metrics(self) -> str:
+        """``GET /metrics`` (admins): the Prometheus text exposition."""
+        return self._call(B.op_metrics())  # type: ignore[no-any-return]
+
     # ---- sandboxes ----
 
     def create(self, image: Optional[str] = None, label: Optional[str] = None,
@@ -364,6 +368,9 @@ class Sandboxer(_ClientBase):
     async def ame(self) -> User:
         return await self._acall(B.op_me())  # type: ignore[no-any-return]
 
+    async def ametrics(self) -> str:
+        return await self._acall(B.op_metrics())  # type: ignore[no-any-return]
+
     def acreate(self, image: Optional[str] = None, label: Optional[str] = None,
                 interactive: bool = False, *, env: Optional[Mapping[str, str]] = None,
                 args: Optional[Sequence[str]] = None, hostname: Optional[str] = None,
@@ -473,6 +480,9 @@ class AsyncSandboxer(_ClientBase):
 
     async def me(self) -> User:
         return await self._acall(B.op_me())  # type: ignore[no-any-return]
+
+    async def metrics(self) -> str:
+        return await self._acall(B.op_metrics())  # type: ignore[no-any-return]
 
     def create(self, image: Optional[str] = None, label: Optional[str] = None,
                interactive: bool = False, *, env: Optional[Mapping[str, str]] = None,

@@ -248,6 +248,10 @@ class _AsyncOps(SandboxBase):
             ids.append(child.id)
         return child
 
+    async def stats(self: SandboxBase) -> Dict[str, Any]:
+        """What it uses now: ``{cpu, memory, pids, disk, network}`` (never wakes it)."""
+        return await self.client._acall(B.op_stats(self.id))  # type: ignore[no-any-return]
+
     async def tree(self: SandboxBase, dead_prefix: str = "") -> Tree:
         """This sandbox's fork tree (from its root): ``tree.text`` and ``tree.root``."""
         return await self.client._acall(B.op_tree(self.id))  # type: ignore[no-any-return]
@@ -599,6 +603,13 @@ class Sandbox(SandboxBase):
             ids.append(child.id)
         return child
 
+    def stats(self) -> Dict[str, Any]:
+        """What it uses now: ``{cpu: {usage_seconds, limit_cpus}, memory: {usage_bytes,
+        limit_bytes, peak_bytes}, pids: {current, limit}, disk: {used_bytes, partial},
+        network: {rx_bytes, tx_bytes}}``; a hibernated sandbox is not woken (then only
+        ``disk`` is known)."""
+        return self.client._call(B.op_stats(self.id))  # type: ignore[no-any-return]
+
     def tree(self, dead_prefix: str = "") -> Tree:
         """The fork tree this sandbox belongs to, from its root: a dict ``{tree,
         tree_json}``; ``tree.text`` is the ASCII art, ``tree.root`` the TreeNode."""
@@ -808,6 +819,7 @@ class Sandbox(SandboxBase):
     aexecution_logs = _AsyncOps.execution_logs
     afork = _AsyncOps.fork
     atree = _AsyncOps.tree
+    astats = _AsyncOps.stats
     acoalesce = _AsyncOps.coalesce
     apause = _AsyncOps.pause
     aunpause = _AsyncOps.unpause
