@@ -167,6 +167,18 @@ static const struct cli_verb verbs[] = {
         .max_args = 2,
     },
     {
+        .name = "stats",
+        .section = "Sandboxes",
+        .run = cmd_stats,
+        .summary = "show what a sandbox uses now",
+        .synopsis = "ID",
+        .help = "Prints the sandbox's CPU time, memory (use, limit, peak), tasks, disk use of its\n"
+                "writable layer and network bytes in and out. A hibernated sandbox is not woken:\n"
+                "only its disk use is known then (- for the rest).\n",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
         .name = "events",
         .section = "Sandboxes",
         .run = cmd_events,

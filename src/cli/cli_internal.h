@@ -212,6 +212,7 @@ int cmd_exec(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_shell(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_update(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_history(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_stats(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_files_ls(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_files_stat(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_files_rm(cli_t *cli, const cli_args_t *args, err_t *err);

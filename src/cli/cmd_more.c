@@ -235,3 +235,45 @@ int cmd_completion(cli_t *cli, const cli_args_t *args, err_t *err)
     buf_free(&cases);
     return 0;
 }
+
+/* --- stats ------------------------------------------------------------------------------- */
+
+static const char *size_at(const json_t *obj, const char *a, const char *b, char *out, size_t n)
+{
+    return cli_format_size(json_object_get(json_object_get(obj, a), b), out, n);
+}
+
+int cmd_stats(cli_t *cli, const cli_args_t *args, err_t *err)
+{
+    _cleanup_resp_ client_resp_t resp = {0};
+    client_t *c = cli_connect(cli, true, err);
+    if (!c || cli_sandbox_call(c, cli_arg(args, 0), "GET", "/stats", NULL, &resp, err) < 0)
+        return -1;
+    if (cli->json) {
+        cli_print_raw(&resp);
+        return 0;
+    }
+    const json_t *j = resp.json;
+    char mem[32], lim[32], peak[32], disk[32], rx[32], tx[32], cpu[32] = "-", pids[48] = "-";
+    json_t *cs = json_object_get(json_object_get(j, "cpu"), "usage_seconds");
+    if (json_is_number(cs))
+        snprintf(cpu, sizeof(cpu), "%.2f s", json_number_value(cs));
+    json_t *pc = json_object_get(json_object_get(j, "pids"), "current");
+    json_t *pl = json_object_get(json_object_get(j, "pids"), "limit");
+    if (json_is_integer(pc))
+        snprintf(pids, sizeof(pids), "%lld / %s", (long long)json_integer_value(pc),
+                 json_is_integer(pl) ? "" : "-");
+    if (json_is_integer(pc) && json_is_integer(pl))
+        snprintf(pids, sizeof(pids), "%lld / %lld", (long long)json_integer_value(pc),
+                 (long long)json_integer_value(pl));
+    _cleanup_free_ char *status = cli_safe(cli_jstr(j, "status", "?"));
+    printf("STATUS   %s\nCPU      %s\nMEMORY   %s / %s (peak %s)\nPIDS     %s\nDISK     %s\n"
+           "NETWORK  %s in, %s out\n",
+           status, cpu, size_at(j, "memory", "usage_bytes", mem, sizeof(mem)),
+           size_at(j, "memory", "limit_bytes", lim, sizeof(lim)),
+           size_at(j, "memory", "peak_bytes", peak, sizeof(peak)), pids,
+           size_at(j, "disk", "used_bytes", disk, sizeof(disk)),
+           size_at(j, "network", "rx_bytes", rx, sizeof(rx)),
+           size_at(j, "network", "tx_bytes", tx, sizeof(tx)));
+    return 0;
+}

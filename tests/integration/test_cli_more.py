@@ -108,3 +108,12 @@ def test_docs_cli_md_session_runs(sbx_daemon, sbx, tmp_path):
         sbx.created.extend(ids[0].split()[1:])
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "42\n" in p.stdout and "data.csv" in p.stdout
+
+
+def test_cli_stats(sbx_daemon, sbx):
+    d = sbx_daemon
+    sid = sbx.create("busybox", memory="64M")["id"]
+    out = run(d, "stats", sid[:12]).stdout
+    assert re.search(r"^MEMORY +\S+ \S+ / 67\.1 MB", out, re.M), out
+    assert re.search(r"^STATUS +running$", out, re.M)
+    assert json.loads(run(d, "--json", "stats", sid).stdout)["id"] == sid
