@@ -1,22 +1,12 @@
 /* Pseudo-terminals: opening and sizing the PTYs of tty execs and of the console. */
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include "agent.h"
-#include "agent/protocol.h"
-#include "common/buf.h"
 #include "common/cleanup.h"
-#include "common/util.h"
 
 /* The slave side: TIOCGPTPEER (Linux 4.13) avoids a lookup in /dev/pts; ptsname as fallback. */
 static int open_slave(int master)

@@ -120,6 +120,8 @@ const char *cli_token_hint(const cli_t *cli);
 void cli_print_raw(const client_resp_t *resp);
 /* Print a JSON value we built ourselves, indented. */
 void cli_print_json(const json_t *j);
+/* The answer as it came with --json, else its JSON indented. */
+void cli_print_answer(const cli_t *cli, const client_resp_t *resp);
 /* A copy of s fit for a terminal: control characters become '?' (new string). */
 char *cli_safe(const char *s);
 /* Like cli_safe, but newlines are kept: for text of several lines (a tree). */

@@ -29,10 +29,7 @@ int cmd_update(cli_t *cli, const cli_args_t *args, err_t *err)
     client_t *c = cli_connect(cli, true, err);
     if (!c || cli_sandbox_call(c, cli_arg(args, 0), "PATCH", "", body, &resp, err) < 0)
         return -1;
-    if (cli->json)
-        cli_print_raw(&resp);
-    else
-        cli_print_json(resp.json);
+    cli_print_answer(cli, &resp);
     return 0;
 }
 
@@ -154,10 +151,7 @@ int cmd_files_stat(cli_t *cli, const cli_args_t *args, err_t *err)
     if (!c || files_path(c, args, "?stat=true", &path, err) < 0 ||
         client_call(c, "GET", path, NULL, &resp, err) < 0)
         return -1;
-    if (cli->json)
-        cli_print_raw(&resp);
-    else
-        cli_print_json(resp.json);
+    cli_print_answer(cli, &resp);
     return 0;
 }
 

@@ -21,6 +21,14 @@ void cli_print_json(const json_t *j)
     putchar('\n');
 }
 
+void cli_print_answer(const cli_t *cli, const client_resp_t *resp)
+{
+    if (cli->json)
+        cli_print_raw(resp);
+    else
+        cli_print_json(resp->json);
+}
+
 /* Names and messages come from other users and the server: keep escapes off the terminal. */
 char *cli_safe(const char *s)
 {
