@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -279,6 +281,10 @@ static void on_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls, c
         (struct session){.api = r->api, .term = q->term, .sock = sock, .urh = urh, .exit_code = -1};
     snprintf(s->rid, sizeof(s->rid), "%s", r->rid);
     q->term = NULL; /* the thread owns it now */
+    /* Keystrokes and echoes are tiny: without this, Nagle waits for the peer's delayed ACK
+     * (40 ms a round trip). A unix socket ignores it. */
+    int one = 1;
+    (void)setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     /* A client that sent frames before seeing the 101 is not speaking WebSocket properly:
      * extra_in is dropped (clients must wait for the handshake's answer). */
     pthread_t th;
