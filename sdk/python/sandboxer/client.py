@@ -74,7 +74,7 @@ def _filter(items: List[Dict[str, Any]], status: Union[str, Iterable[str], None]
     return items
 
 
-class _ClientBase:
+class _ClientBase(Generic[SB]):
     base_url: str
     socket: Optional[str]
     token: Optional[str]
@@ -132,12 +132,133 @@ class _ClientBase:
     def _async(self) -> httpx.AsyncClient:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def _wrap(self, data: Mapping[str, Any]) -> SB:  # pragma: no cover - overridden
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         where = f"unix:{self.socket}" if self.socket else self.base_url
         return f"<{type(self).__name__} {where}>"
 
 
-class Sandboxer(_ClientBase):
+class _AsyncClientOps(_ClientBase[SB]):
+    """The coroutine implementations. AsyncSandboxer has them under these names; Sandboxer
+    has them with an ``a`` prefix. They reach the daemon through ``self._acall`` and make
+    sandbox handles with ``self._wrap`` (Sandbox or AsyncSandbox, depending on the client),
+    and call no other method through ``self`` by name."""
+
+    async def health(self: _ClientBase[SB]) -> Dict[str, Any]:
+        """``GET /healthz``: ``{status, version}`` (no token needed)."""
+        return await self._acall(B.op_health())  # type: ignore[no-any-return]
+
+    async def ready(self: _ClientBase[SB]) -> Dict[str, Any]:
+        """``GET /readyz``: ``{status, schema_version}``; ServiceUnavailable if not ready."""
+        return await self._acall(B.op_ready())  # type: ignore[no-any-return]
+
+    async def openapi(self: _ClientBase[SB]) -> Dict[str, Any]:
+        """The daemon's OpenAPI 3.1 document."""
+        return await self._acall(B.op_openapi())  # type: ignore[no-any-return]
+
+    async def me(self: _ClientBase[SB]) -> User:
+        """The caller: ``{id, name, admin, created_at, token: {id, name}}``."""
+        return await self._acall(B.op_me())  # type: ignore[no-any-return]
+
+    async def metrics(self: _ClientBase[SB]) -> str:
+        """``GET /metrics`` (admins): the Prometheus text exposition."""
+        return await self._acall(B.op_metrics())  # type: ignore[no-any-return]
+
+    def create(self: _ClientBase[SB], image: Optional[str] = None, label: Optional[str] = None,
+               interactive: bool = False, *, env: Optional[Mapping[str, str]] = None,
+               args: Optional[Sequence[str]] = None, hostname: Optional[str] = None,
+               cpus: Optional[float] = None, memory: Union[int, str, None] = None,
+               pids: Optional[int] = None, disk: Union[int, str, None] = None,
+               network: Optional[str] = None, ports: Optional[Sequence[int]] = None,
+               public: Optional[bool] = None, runtime: Optional[str] = None,
+               idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
+               extra: Optional[Mapping[str, Any]] = None,
+               timeout: Optional[float] = B.CREATE_TIMEOUT) -> CreateCall[SB]:
+        """Create a sandbox; options as for :meth:`Sandboxer.create`. Await the result
+        (``sb = await client.acreate(...)``, ``sb = await aclient.create(...)``) or use it
+        with ``async with`` to have the sandbox deleted at the end of the block."""
+        body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
+                            disk, network, ports, public, runtime, idle_timeout, snapshot, extra)
+
+        async def make() -> SB:
+            return self._wrap(await self._acall(B.op_create(body, timeout)))
+        return CreateCall(make)
+
+    async def get(self: _ClientBase[SB], sandbox_id: str) -> SB:
+        """One sandbox, by id (64 hex) or name (ULID). NotFound for another owner's."""
+        return self._wrap(await self._acall(B.op_get(B.sid_of(sandbox_id))))
+
+    async def list(self: _ClientBase[SB], status: Union[str, Iterable[str], None] = None,
+                   label: Optional[str] = None) -> List[SB]:
+        """The caller's sandboxes (terminated ones included), optionally only those with
+        ``status`` (a status or several) and/or ``label``."""
+        return [self._wrap(s) for s in _filter(await self._acall(B.op_list()), status, label)]
+
+    async def update(self: _ClientBase[SB], sandbox_id: str, label: Optional[str] = None,
+                     public: Optional[bool] = None) -> Dict[str, Any]:
+        """Change a sandbox's label and/or public flag."""
+        return await self._acall(  # type: ignore[no-any-return]
+            B.op_update(B.sid_of(sandbox_id), label, public))
+
+    async def delete(self: _ClientBase[SB], sandbox_id: str) -> Dict[str, Any]:
+        """Delete (terminate) a sandbox: ``{id, status: "terminated"}``."""
+        return await self._acall(  # type: ignore[no-any-return]
+            B.op_delete(B.sid_of(sandbox_id)))
+
+    def events(self: _ClientBase[SB], last_event_id: Optional[Union[int, str]] = None, *,
+               sandbox: Optional[Any] = None, types: Optional[Sequence[str]] = None,
+               timeout: Optional[float] = None, reconnect: bool = True,
+               max_events: Optional[int] = None,
+               since: Optional[float] = None) -> AsyncEventStream:
+        """``async for ev in ...`` over the caller's sandboxes' events — see
+        :meth:`Sandboxer.events`."""
+        sid = None if sandbox is None else B.sid_of(sandbox)
+        return AsyncEventStream(self, last_event_id, sid, types, timeout, reconnect, max_events,
+                                since)
+
+    async def snapshots(self: _ClientBase[SB]) -> List[Snapshot]:
+        """The caller's snapshots."""
+        return await self._acall(B.op_snapshots())  # type: ignore[no-any-return]
+
+    async def delete_snapshot(self: _ClientBase[SB], name: str) -> Dict[str, Any]:
+        return await self._acall(B.op_delete_snapshot(name))  # type: ignore[no-any-return]
+
+    async def images(self: _ClientBase[SB]) -> List[Image]:
+        """The images in the daemon's store."""
+        return await self._acall(B.op_images())  # type: ignore[no-any-return]
+
+    async def pull_image(self: _ClientBase[SB], image: str) -> Image:
+        """Pull (or refresh) an image into the store."""
+        return await self._acall(B.op_pull(image))  # type: ignore[no-any-return]
+
+    async def delete_image(self: _ClientBase[SB], ref: str) -> Dict[str, Any]:
+        """Remove an image (admins; Conflict ``image_in_use`` while sandboxes use it)."""
+        return await self._acall(B.op_delete_image(ref))  # type: ignore[no-any-return]
+
+    async def import_image(self: _ClientBase[SB], path: str, ref: Optional[str] = None) -> Image:
+        """Import an OCI layout or archive from a path on the daemon's host (admins)."""
+        return await self._acall(B.op_import_image(path, ref))  # type: ignore[no-any-return]
+
+    async def create_token(self: _ClientBase[SB], name: Optional[str] = None,
+                           user: Optional[str] = None,
+                           admin: Optional[bool] = None) -> NewToken:
+        """A new token for the caller, or (admins) for ``user``, who is created if new
+        (``admin`` sets the new user's role). ``.token`` is the secret, shown only now."""
+        return await self._acall(B.op_create_token(name, user, admin))  # type: ignore
+
+    async def tokens(self: _ClientBase[SB], user: Optional[str] = None,
+                     all: bool = False) -> List[Token]:
+        """The caller's tokens (admins: ``user``'s, or everyone's with ``all=True``)."""
+        return await self._acall(B.op_tokens(user, all))  # type: ignore[no-any-return]
+
+    async def delete_token(self: _ClientBase[SB], token_id: str) -> Dict[str, Any]:
+        """Revoke a token by its id (``tok_...``)."""
+        return await self._acall(B.op_delete_token(token_id))  # type: ignore[no-any-return]
+
+
+class Sandboxer(_ClientBase[Sandbox]):
     """A client of a Sandboxer daemon.
 
     ``base_url``: ``http://host:8000`` (default ``$SANDBOXER_URL``; ``unix:/path`` for a
@@ -357,93 +478,37 @@ class Sandboxer(_ClientBase):
         """Revoke a token by its id (``tok_...``)."""
         return self._call(B.op_delete_token(token_id))  # type: ignore[no-any-return]
 
-    # ---- the coroutine variants ----
+    # ---- the coroutine variants (defined once, in _AsyncClientOps) ----
 
-    async def ahealth(self) -> Dict[str, Any]:
-        return await self._acall(B.op_health())  # type: ignore[no-any-return]
-
-    async def aready(self) -> Dict[str, Any]:
-        return await self._acall(B.op_ready())  # type: ignore[no-any-return]
-
-    async def ame(self) -> User:
-        return await self._acall(B.op_me())  # type: ignore[no-any-return]
-
-    async def ametrics(self) -> str:
-        return await self._acall(B.op_metrics())  # type: ignore[no-any-return]
-
-    def acreate(self, image: Optional[str] = None, label: Optional[str] = None,
-                interactive: bool = False, *, env: Optional[Mapping[str, str]] = None,
-                args: Optional[Sequence[str]] = None, hostname: Optional[str] = None,
-                cpus: Optional[float] = None, memory: Union[int, str, None] = None,
-                pids: Optional[int] = None, disk: Union[int, str, None] = None,
-                network: Optional[str] = None, ports: Optional[Sequence[int]] = None,
-                public: Optional[bool] = None, runtime: Optional[str] = None,
-                idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
-                extra: Optional[Mapping[str, Any]] = None,
-                timeout: Optional[float] = B.CREATE_TIMEOUT) -> CreateCall[Sandbox]:
-        """``await client.acreate(...)`` or ``async with client.acreate(...) as sb:``."""
-        body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
-                            disk, network, ports, public, runtime, idle_timeout, snapshot, extra)
-
-        async def make() -> Sandbox:
-            return self._wrap(await self._acall(B.op_create(body, timeout)))
-        return CreateCall(make)
-
-    async def aget(self, sandbox_id: str) -> Sandbox:
-        return self._wrap(await self._acall(B.op_get(B.sid_of(sandbox_id))))
-
-    async def alist(self, status: Union[str, Iterable[str], None] = None,
-                    label: Optional[str] = None) -> List[Sandbox]:
-        return [self._wrap(s) for s in _filter(await self._acall(B.op_list()), status, label)]
-
-    async def aupdate(self, sandbox_id: str, label: Optional[str] = None,
-                      public: Optional[bool] = None) -> Dict[str, Any]:
-        return await self._acall(  # type: ignore[no-any-return]
-            B.op_update(B.sid_of(sandbox_id), label, public))
-
-    async def adelete(self, sandbox_id: str) -> Dict[str, Any]:
-        return await self._acall(  # type: ignore[no-any-return]
-            B.op_delete(B.sid_of(sandbox_id)))
-
-    def aevents(self, last_event_id: Optional[Union[int, str]] = None, *,
-                sandbox: Optional[Any] = None, types: Optional[Sequence[str]] = None,
-                timeout: Optional[float] = None, reconnect: bool = True,
-                max_events: Optional[int] = None,
-                since: Optional[float] = None) -> AsyncEventStream:
-        sid = None if sandbox is None else B.sid_of(sandbox)
-        return AsyncEventStream(self, last_event_id, sid, types, timeout, reconnect, max_events,
-                                since)
-
-    async def asnapshots(self) -> List[Snapshot]:
-        return await self._acall(B.op_snapshots())  # type: ignore[no-any-return]
-
-    async def adelete_snapshot(self, name: str) -> Dict[str, Any]:
-        return await self._acall(B.op_delete_snapshot(name))  # type: ignore[no-any-return]
-
-    async def aimages(self) -> List[Image]:
-        return await self._acall(B.op_images())  # type: ignore[no-any-return]
-
-    async def apull_image(self, image: str) -> Image:
-        return await self._acall(B.op_pull(image))  # type: ignore[no-any-return]
-
-    async def adelete_image(self, ref: str) -> Dict[str, Any]:
-        return await self._acall(B.op_delete_image(ref))  # type: ignore[no-any-return]
-
-    async def acreate_token(self, name: Optional[str] = None, user: Optional[str] = None,
-                            admin: Optional[bool] = None) -> NewToken:
-        return await self._acall(B.op_create_token(name, user, admin))  # type: ignore
-
-    async def atokens(self, user: Optional[str] = None, all: bool = False) -> List[Token]:
-        return await self._acall(B.op_tokens(user, all))  # type: ignore[no-any-return]
-
-    async def adelete_token(self, token_id: str) -> Dict[str, Any]:
-        return await self._acall(B.op_delete_token(token_id))  # type: ignore[no-any-return]
+    ahealth = _AsyncClientOps.health
+    aready = _AsyncClientOps.ready
+    ame = _AsyncClientOps.me
+    aopenapi = _AsyncClientOps.openapi
+    ametrics = _AsyncClientOps.metrics
+    acreate = _AsyncClientOps.create
+    aget = _AsyncClientOps.get
+    alist = _AsyncClientOps.list
+    aupdate = _AsyncClientOps.update
+    adelete = _AsyncClientOps.delete
+    aevents = _AsyncClientOps.events
+    asnapshots = _AsyncClientOps.snapshots
+    adelete_snapshot = _AsyncClientOps.delete_snapshot
+    aimages = _AsyncClientOps.images
+    apull_image = _AsyncClientOps.pull_image
+    adelete_image = _AsyncClientOps.delete_image
+    aimport_image = _AsyncClientOps.import_image
+    acreate_token = _AsyncClientOps.create_token
+    atokens = _AsyncClientOps.tokens
+    adelete_token = _AsyncClientOps.delete_token
 
 
-class AsyncSandboxer(_ClientBase):
+class AsyncSandboxer(_AsyncClientOps[AsyncSandbox]):
     """The asyncio client: the same operations as :class:`Sandboxer`, every one a
     coroutine; its sandboxes are :class:`AsyncSandbox` objects. Use it as
-    ``async with AsyncSandboxer(...) as client:`` or call ``await client.aclose()``."""
+    ``async with AsyncSandboxer(...) as client:`` or call ``await client.aclose()``.
+
+    The operations (``get``, ``list``, ``create``, ``events``, ...) are those of
+    ``_AsyncClientOps``, which :class:`Sandboxer` has too with an ``a`` prefix."""
 
     def __init__(self, base_url: Optional[str] = None, token: Optional[str] = None, *,
                  socket: Optional[str] = None, timeout: Optional[float] = B.DEFAULT_TIMEOUT,
@@ -469,98 +534,11 @@ class AsyncSandboxer(_ClientBase):
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    async def health(self) -> Dict[str, Any]:
-        return await self._acall(B.op_health())  # type: ignore[no-any-return]
-
-    async def ready(self) -> Dict[str, Any]:
-        return await self._acall(B.op_ready())  # type: ignore[no-any-return]
-
-    async def openapi(self) -> Dict[str, Any]:
-        return await self._acall(B.op_openapi())  # type: ignore[no-any-return]
-
-    async def me(self) -> User:
-        return await self._acall(B.op_me())  # type: ignore[no-any-return]
-
-    async def metrics(self) -> str:
-        return await self._acall(B.op_metrics())  # type: ignore[no-any-return]
-
-    def create(self, image: Optional[str] = None, label: Optional[str] = None,
-               interactive: bool = False, *, env: Optional[Mapping[str, str]] = None,
-               args: Optional[Sequence[str]] = None, hostname: Optional[str] = None,
-               cpus: Optional[float] = None, memory: Union[int, str, None] = None,
-               pids: Optional[int] = None, disk: Union[int, str, None] = None,
-               network: Optional[str] = None, ports: Optional[Sequence[int]] = None,
-               public: Optional[bool] = None, runtime: Optional[str] = None,
-               idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
-               extra: Optional[Mapping[str, Any]] = None,
-               timeout: Optional[float] = B.CREATE_TIMEOUT) -> CreateCall[AsyncSandbox]:
-        """``sb = await client.create(...)`` or ``async with client.create(...) as sb:``
-        (deleted at the end of the block). Options as for :meth:`Sandboxer.create`."""
-        body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
-                            disk, network, ports, public, runtime, idle_timeout, snapshot, extra)
-
-        async def make() -> AsyncSandbox:
-            return self._wrap(await self._acall(B.op_create(body, timeout)))
-        return CreateCall(make)
-
     def from_snapshot(self, snapshot: str, label: Optional[str] = None,
                       **kwargs: Any) -> CreateCall[AsyncSandbox]:
+        """A new sandbox started from a snapshot (its files, and its memory if kept)."""
         return self.create(None, label, None, snapshot=snapshot, **kwargs)  # type: ignore
 
-    async def get(self, sandbox_id: str) -> AsyncSandbox:
-        return self._wrap(await self._acall(B.op_get(B.sid_of(sandbox_id))))
-
     def sandbox(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on a sandbox by id without fetching it (call ``refresh()`` to)."""
         return AsyncSandbox(self, B.sid_of(sandbox_id))
-
-    async def list(self, status: Union[str, Iterable[str], None] = None,
-                   label: Optional[str] = None) -> List[AsyncSandbox]:
-        return [self._wrap(s) for s in _filter(await self._acall(B.op_list()), status, label)]
-
-    async def update(self, sandbox_id: str, label: Optional[str] = None,
-                     public: Optional[bool] = None) -> Dict[str, Any]:
-        return await self._acall(  # type: ignore[no-any-return]
-            B.op_update(B.sid_of(sandbox_id), label, public))
-
-    async def delete(self, sandbox_id: str) -> Dict[str, Any]:
-        return await self._acall(  # type: ignore[no-any-return]
-            B.op_delete(B.sid_of(sandbox_id)))
-
-    def events(self, last_event_id: Optional[Union[int, str]] = None, *,
-               sandbox: Optional[Any] = None, types: Optional[Sequence[str]] = None,
-               timeout: Optional[float] = None, reconnect: bool = True,
-               max_events: Optional[int] = None,
-               since: Optional[float] = None) -> AsyncEventStream:
-        """``async for ev in client.events(...)`` — see :meth:`Sandboxer.events`."""
-        sid = None if sandbox is None else B.sid_of(sandbox)
-        return AsyncEventStream(self, last_event_id, sid, types, timeout, reconnect, max_events,
-                                since)
-
-    async def snapshots(self) -> List[Snapshot]:
-        return await self._acall(B.op_snapshots())  # type: ignore[no-any-return]
-
-    async def delete_snapshot(self, name: str) -> Dict[str, Any]:
-        return await self._acall(B.op_delete_snapshot(name))  # type: ignore[no-any-return]
-
-    async def images(self) -> List[Image]:
-        return await self._acall(B.op_images())  # type: ignore[no-any-return]
-
-    async def pull_image(self, image: str) -> Image:
-        return await self._acall(B.op_pull(image))  # type: ignore[no-any-return]
-
-    async def delete_image(self, ref: str) -> Dict[str, Any]:
-        return await self._acall(B.op_delete_image(ref))  # type: ignore[no-any-return]
-
-    async def import_image(self, path: str, ref: Optional[str] = None) -> Image:
-        return await self._acall(B.op_import_image(path, ref))  # type: ignore[no-any-return]
-
-    async def create_token(self, name: Optional[str] = None, user: Optional[str] = None,
-                           admin: Optional[bool] = None) -> NewToken:
-        return await self._acall(B.op_create_token(name, user, admin))  # type: ignore
-
-    async def tokens(self, user: Optional[str] = None, all: bool = False) -> List[Token]:
-        return await self._acall(B.op_tokens(user, all))  # type: ignore[no-any-return]
-
-    async def delete_token(self, token_id: str) -> Dict[str, Any]:
-        return await self._acall(B.op_delete_token(token_id))  # type: ignore[no-any-return]
-

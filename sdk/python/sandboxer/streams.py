@@ -100,7 +100,39 @@ class _AsyncStream:
         raise NotImplementedError
 
 
-class ExecStream(_SyncStream):
+class _ExecResults:
+    """What the exec streams share besides I/O: turning ndjson lines into chunks and
+    gathering them into the result."""
+
+    _collector: ExecCollector
+    result: Optional[ExecResult]
+
+    def _start_results(self) -> None:
+        self._collector = ExecCollector()
+        self.result = None
+
+    def _chunk(self, line: str) -> Optional[ExecChunk]:
+        """One ndjson line: its chunk (None for a blank line), added to the result."""
+        c = exec_chunk(line)
+        if c is not None:
+            self._collector.add(c)
+            if c.is_exit:
+                self.result = self._collector.result()
+        return c
+
+    def _end(self) -> ExecResult:
+        """The stream is over: the result; StreamError if no exit line came."""
+        if self.result is None:
+            self._collector.result()  # raises: no exit line
+        assert self.result is not None
+        return self.result
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return None if self.result is None else self.result.get("exit_code")
+
+
+class ExecStream(_ExecResults, _SyncStream):
     """The chunks of a running command, as they come::
 
         for chunk in sb.exec_stream("make"):
@@ -113,22 +145,16 @@ class ExecStream(_SyncStream):
 
     def __init__(self, client: Any, req: Req) -> None:
         super().__init__(client, req)
-        self._collector = ExecCollector()
-        self.result: Optional[ExecResult] = None
+        self._start_results()
         self._iter = self._guard(self._gen())
 
     def _gen(self) -> Iterator[ExecChunk]:
         assert self._resp is not None
         for line in self._resp.iter_lines():
-            c = exec_chunk(line)
-            if c is None:
-                continue
-            self._collector.add(c)
-            if c.is_exit:
-                self.result = self._collector.result()
-            yield c
-        if self.result is None:
-            self._collector.result()  # raises: no exit line
+            c = self._chunk(line)
+            if c is not None:
+                yield c
+        self._end()
 
     def __iter__(self) -> Iterator[ExecChunk]:
         return self._iter
@@ -140,48 +166,29 @@ class ExecStream(_SyncStream):
         """Read the rest of the stream and return the whole result."""
         for _ in self._iter:
             pass
-        if self.result is None:
-            self._collector.result()
-        assert self.result is not None
-        return self.result
-
-    @property
-    def exit_code(self) -> Optional[int]:
-        return None if self.result is None else self.result.get("exit_code")
+        return self._end()
 
 
-class AsyncExecStream(_AsyncStream):
+class AsyncExecStream(_ExecResults, _AsyncStream):
     """``async for chunk in sb.exec_stream(...)``; ``await stream.collect()``."""
 
     def __init__(self, client: Any, req: Req) -> None:
         super().__init__(client, req)
-        self._collector = ExecCollector()
-        self.result: Optional[ExecResult] = None
+        self._start_results()
 
     async def _items(self) -> AsyncIterator[ExecChunk]:
         r = await self._ensure()
         async for line in r.aiter_lines():
-            c = exec_chunk(line)
-            if c is None:
-                continue
-            self._collector.add(c)
-            if c.is_exit:
-                self.result = self._collector.result()
-            yield c
-        if self.result is None:
-            self._collector.result()
+            c = self._chunk(line)
+            if c is not None:
+                yield c
+        self._end()
 
     async def collect(self) -> ExecResult:
+        """Read the rest of the stream and return the whole result."""
         async for _ in self:
             pass
-        if self.result is None:
-            self._collector.result()
-        assert self.result is not None
-        return self.result
-
-    @property
-    def exit_code(self) -> Optional[int]:
-        return None if self.result is None else self.result.get("exit_code")
+        return self._end()
 
 
 class ByteStream(_SyncStream):
@@ -275,11 +282,15 @@ def _length(r: httpx.Response) -> Optional[int]:
 # ---- events ----
 
 class _EventsBase:
-    def __init__(self, client: Any, last_event_id: Optional[Union[int, str]],
-                 sandbox: Optional[str], types: Optional[Sequence[str]],
-                 timeout: Optional[float], reconnect: bool, max_events: Optional[int],
-                 since: Optional[float] = None) -> None:
+    """What the event streams share besides I/O: the request, filtering, the deadline,
+    max_events and what a failed connection means (end, reconnect or raise)."""
+
+    def __init__(self, client: Any, last_event_id: Optional[Union[int, str]] = None,
+                 sandbox: Optional[str] = None, types: Optional[Sequence[str]] = None,
+                 timeout: Optional[float] = None, reconnect: bool = True,
+                 max_events: Optional[int] = None, since: Optional[float] = None) -> None:
         self._client = client
+        self._resp: Optional[httpx.Response] = None
         self._since = since
         self.last_event_id = last_event_id
         self._sandbox = sandbox
@@ -308,8 +319,45 @@ class _EventsBase:
             return False
         return event_matches(e, self._sandbox, self._types)
 
+    def _feed(self, parser: SSEParser, line: str) -> Optional[Event]:
+        """One SSE line: the event to yield, if it completes one that is wanted."""
+        e = parser.feed(line)
+        if e is not None and self._accept(e):
+            self._arm()
+            return e
+        return None
 
-_RETRYABLE = (httpx.TransportError, StreamError, ServiceUnavailable)
+    def _count(self) -> bool:
+        """An event was yielded: True once max_events are reached."""
+        if self._left is None:
+            return False
+        self._left -= 1
+        return self._left == 0
+
+    def _failed(self, e: BaseException) -> bool:
+        """The connection failed with ``e`` (one of _FAILURES): True to end the iteration,
+        False to reconnect; raises when it may not reconnect."""
+        if isinstance(e, httpx.ReadTimeout):
+            if self._timeout is not None:
+                return True  # nothing within the timeout
+            if not self._reconnect:
+                raise Timeout("no event and no heartbeat for 60 s") from None
+            return False
+        if isinstance(e, Timeout) and self._timeout is not None:
+            return True
+        if not self._reconnect or self._closed:
+            if isinstance(e, httpx.TransportError):
+                raise transport_error(e) from e
+            raise e
+        return False
+
+
+#: What makes an event stream reconnect (or end, or raise: see _EventsBase._failed).
+_FAILURES = (httpx.TransportError, StreamError, ServiceUnavailable, ConnectionFailed)
+
+
+def _ended() -> StreamError:
+    return StreamError(0, "stream_ended", "the event stream ended")
 
 
 class EventStream(_EventsBase):
@@ -327,14 +375,7 @@ class EventStream(_EventsBase):
     many. Without either it runs until ``close()``.
     """
 
-    def __init__(self, client: Any, last_event_id: Optional[Union[int, str]] = None,
-                 sandbox: Optional[str] = None, types: Optional[Sequence[str]] = None,
-                 timeout: Optional[float] = None, reconnect: bool = True,
-                 max_events: Optional[int] = None, since: Optional[float] = None) -> None:
-        super().__init__(client, last_event_id, sandbox, types, timeout, reconnect, max_events,
-                         since)
-        self._resp: Optional[httpx.Response] = None
-        self._iter = self._gen()
+    _iter: Optional[Generator[Event, None, None]] = None
 
     def _gen(self) -> Generator[Event, None, None]:
         self._arm()
@@ -346,29 +387,17 @@ class EventStream(_EventsBase):
                     parser = SSEParser()
                     for line in resp.iter_lines():
                         backoff = 0.2
-                        e = parser.feed(line)
-                        if e is not None and self._accept(e):
-                            self._arm()
+                        e = self._feed(parser, line)
+                        if e is not None:
                             yield e
-                            if self._left is not None:
-                                self._left -= 1
-                                if self._left == 0:
-                                    return
+                            if self._count():
+                                return
                         if self._expired():
                             return
-                    raise StreamError(0, "stream_ended", "the event stream ended")
-                except httpx.ReadTimeout:
-                    if self._timeout is not None:
-                        return  # nothing within the timeout
-                    if not self._reconnect:
-                        raise Timeout("no event and no heartbeat for 60 s") from None
-                except (ConnectionFailed,) + _RETRYABLE as e:
-                    if isinstance(e, Timeout) and self._timeout is not None:
+                    raise _ended()
+                except _FAILURES as e:
+                    if self._failed(e):
                         return
-                    if not self._reconnect or self._closed:
-                        if isinstance(e, httpx.TransportError):
-                            raise transport_error(e) from e
-                        raise
                 finally:
                     self._close_resp()
                 if self._expired():
@@ -384,15 +413,18 @@ class EventStream(_EventsBase):
             r.close()
 
     def __iter__(self) -> Iterator[Event]:
+        if self._iter is None:
+            self._iter = self._gen()
         return self._iter
 
     def __next__(self) -> Event:
-        return next(self._iter)
+        return next(iter(self))
 
     def close(self) -> None:
         self._closed = True
         self._close_resp()
-        self._iter.close()
+        if self._iter is not None:
+            self._iter.close()
 
     def __enter__(self) -> "EventStream":
         return self
@@ -404,14 +436,7 @@ class EventStream(_EventsBase):
 class AsyncEventStream(_EventsBase):
     """``async for ev in client.events(...)`` — see :class:`EventStream`."""
 
-    def __init__(self, client: Any, last_event_id: Optional[Union[int, str]] = None,
-                 sandbox: Optional[str] = None, types: Optional[Sequence[str]] = None,
-                 timeout: Optional[float] = None, reconnect: bool = True,
-                 max_events: Optional[int] = None, since: Optional[float] = None) -> None:
-        super().__init__(client, last_event_id, sandbox, types, timeout, reconnect, max_events,
-                         since)
-        self._resp: Optional[httpx.Response] = None
-        self._it: Optional[AsyncIterator[Event]] = None
+    _it: Optional[AsyncIterator[Event]] = None
 
     async def _gen(self) -> AsyncIterator[Event]:
         import asyncio
@@ -424,29 +449,17 @@ class AsyncEventStream(_EventsBase):
                     parser = SSEParser()
                     async for line in resp.aiter_lines():
                         backoff = 0.2
-                        e = parser.feed(line)
-                        if e is not None and self._accept(e):
-                            self._arm()
+                        e = self._feed(parser, line)
+                        if e is not None:
                             yield e
-                            if self._left is not None:
-                                self._left -= 1
-                                if self._left == 0:
-                                    return
+                            if self._count():
+                                return
                         if self._expired():
                             return
-                    raise StreamError(0, "stream_ended", "the event stream ended")
-                except httpx.ReadTimeout:
-                    if self._timeout is not None:
+                    raise _ended()
+                except _FAILURES as e:
+                    if self._failed(e):
                         return
-                    if not self._reconnect:
-                        raise Timeout("no event and no heartbeat for 60 s") from None
-                except (ConnectionFailed,) + _RETRYABLE as e:
-                    if isinstance(e, Timeout) and self._timeout is not None:
-                        return
-                    if not self._reconnect or self._closed:
-                        if isinstance(e, httpx.TransportError):
-                            raise transport_error(e) from e
-                        raise
                 finally:
                     await self._close_resp()
                 if self._expired():

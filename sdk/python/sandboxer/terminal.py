@@ -59,7 +59,7 @@ class Terminal:
     def connect(cls, url: str, token: Optional[str], unix_socket: Optional[str] = None,
                 timeout: float = 30.0) -> "Terminal":
         try:
-            import websocket  # websocket-client
+            import websocket  # type: ignore[import]  # websocket-client (no type hints)
         except ImportError as e:  # pragma: no cover - depends on the installation
             raise TerminalError(0, "missing_dependency",
                                 "terminals need the websocket-client package "
