@@ -6,6 +6,7 @@ import pty
 import select
 import signal
 import struct
+import subprocess
 import termios
 import time
 
@@ -313,3 +314,19 @@ def test_interactive_sandbox_survives_hibernate_and_fork(sbx_daemon, sbx):
     t.send("exit 9\n")
     assert json.loads(t.wait_close()[1])["exit_code"] == 9
     t.ws.close()
+
+
+def test_cli_shell_without_a_terminal_passes_input_and_the_exit_code(sbx_daemon, sbx):
+    d = sbx_daemon
+    sid = sbx.create("busybox")["id"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": d.workdir,
+           "SANDBOXER_URL": d.url, "SANDBOXER_TOKEN": d.admin_token}
+    p = subprocess.run([BIN, "shell", sid], input=b"echo piped-$((2+3))\nexit 5\n",
+                       capture_output=True, env=env, timeout=60)
+    assert p.returncode == 5 and b"piped-5\r\n" in p.stdout, p
+    p = subprocess.run([BIN, "shell", sid, "--cmd", "exit 7"], stdin=subprocess.DEVNULL,
+                       capture_output=True, env=env, timeout=60)
+    assert p.returncode == 7, p
+    p = subprocess.run([BIN, "shell", "no-such-sandbox"], stdin=subprocess.DEVNULL,
+                       capture_output=True, env=env, timeout=60)
+    assert p.returncode == 1 and b"no such sandbox" in p.stderr, p
