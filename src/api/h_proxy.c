@@ -340,6 +340,76 @@ static int reply_upgrade(api_req_t *r, struct proxy *p)
     return 0;
 }
 
+/*
+ * A body that is not chunked, pulled by libmicrohttpd straight from the sandbox's socket in
+ * the connection's own thread: no relay thread, no pipe, one copy fewer each way.
+ */
+struct direct {
+    int fd;
+    buf_t early; /* body bytes that came in with the head */
+    size_t early_off;
+    int64_t left; /* Content-Length still to come, or -1: until the sandbox closes */
+};
+
+static ssize_t read_direct(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct direct *d = cls;
+    if (d->left == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t want = d->left > 0 && (uint64_t)d->left < max ? (size_t)d->left : max;
+    ssize_t n;
+    if (d->early_off < d->early.len) {
+        n = (ssize_t)(d->early.len - d->early_off < want ? d->early.len - d->early_off : want);
+        memcpy(buf, d->early.data + d->early_off, (size_t)n);
+        d->early_off += (size_t)n;
+    } else {
+        do
+            n = recv(d->fd, buf, want, 0);
+        while (n < 0 && errno == EINTR);
+        if (n == 0 && d->left < 0)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (n <= 0) /* cut short: the client sees a truncated body, not a complete one */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (d->left > 0)
+        d->left -= n;
+    return n;
+}
+
+static void free_direct(void *cls)
+{
+    struct direct *d = cls;
+    close(d->fd);
+    buf_free(&d->early);
+    free(d);
+}
+
+/* Answer with the sandbox's status and headers and a body read by read_direct. */
+static int reply_direct(api_req_t *r, struct proxy *p, bool no_body, err_t *err)
+{
+    struct direct *d = xcalloc(1, sizeof(*d));
+    d->fd = p->fd;
+    d->left = no_body ? 0 : p->head.length;
+    buf_append(&d->early, p->head.raw.data + p->head.head_len, p->head.raw.len - p->head.head_len);
+    uint64_t size = d->left >= 0 ? (uint64_t)d->left : MHD_SIZE_UNKNOWN;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(size, 64 * 1024, read_direct, d, free_direct);
+    if (!resp) {
+        buf_free(&d->early);
+        free(d);
+        return err_set(err, ERR_INTERNAL, 0, "internal", "cannot make the response");
+    }
+    p->fd = -1; /* the response owns it now */
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    upstream_each_header(&p->head, copy_header, resp);
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    r->resp = resp;
+    r->status = (unsigned)p->head.status;
+    return 0;
+}
+
 int h_proxy(api_req_t *r, err_t *err)
 {
     struct proxy *p = r->ctx;
@@ -354,11 +424,14 @@ int h_proxy(api_req_t *r, err_t *err)
             return 0;
         return err_set(err, ERR_INTERNAL, 0, "internal", "cannot pass the WebSocket on");
     }
+    int st = p->head.status;
+    bool no_body = strcmp(r->method, "HEAD") == 0 || st < 200 || st == 204 || st == 304;
+    if (no_body || !p->head.chunked)
+        return reply_direct(r, p, no_body, err);
     struct relay *rl = xcalloc(1, sizeof(*rl));
     rl->fd = p->fd;
     rl->head = p->head;
-    int st = p->head.status;
-    rl->no_body = strcmp(r->method, "HEAD") == 0 || st < 200 || st == 204 || st == 304;
+    rl->no_body = no_body;
     int64_t size = rl->no_body ? 0 : (p->head.chunked ? -1 : p->head.length);
     /* The relay thread owns (and frees) the head once it starts: keep the headers apart. */
     struct upstream_head headers = {.head_len = p->head.head_len};

@@ -30,7 +30,26 @@ class H(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
                 n -= len(chunk)
             return
+        if self.path == "/chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (b"one,", b"two," * 1000, b"three"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if self.path == "/close":
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"until-the-end " * 5000)
+            self.close_connection = True
+            return
         self._send(("path=" + self.path).encode())
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "12345")
+        self.end_headers()
     def do_POST(self):
         h = hashlib.sha256()
         total = 0
@@ -104,6 +123,20 @@ def test_twenty_megabytes_down_and_up(sbx):
             yield data[i:i + (1 << 20)]
     r = sbx.post(f"/sandboxes/{s['id']}/proxy/up", content=chunks(), timeout=120)
     assert r.text == f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def test_answers_of_every_framing_pass_whole(sbx):
+    """Content-Length, chunked, ended by closing, and HEAD (no body) answers."""
+    s = server(sbx)
+    base = f"/sandboxes/{s['id']}/proxy"
+    r = sbx.get(f"{base}/big?n=300000")
+    assert r.status_code == 200 and r.content == (bytes(range(256)) * 256 * 5)[:300000]
+    r = sbx.get(f"{base}/chunked")
+    assert r.status_code == 200 and r.content == b"one," + b"two," * 1000 + b"three"
+    r = sbx.get(f"{base}/close")
+    assert r.status_code == 200 and r.content == b"until-the-end " * 5000
+    r = sbx.head(f"{base}/anything")
+    assert r.status_code == 200 and r.content == b""
 
 
 def test_private_needs_the_owners_token_public_does_not(sbx_daemon, sbx, sbx_user):
