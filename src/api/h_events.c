@@ -1,5 +1,10 @@
-/* GET /events: Server-Sent Events of the caller's sandboxes, resumable with Last-Event-ID. */
+/*
+ * GET /events: Server-Sent Events of the caller's sandboxes, resumable with Last-Event-ID.
+ * Without it, all stored events come first, unless ?since=UNIX_TIME (those from then on)
+ * or ?since=now (only new ones).
+ */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
@@ -75,6 +80,15 @@ int h_events(api_req_t *r, err_t *err)
     long long after = 0;
     if (last && !parse_int(last, 0, INT64_MAX, &after))
         return err_set(err, ERR_INVALID, 0, "invalid_query", "Last-Event-ID must be an event id");
+    const char *since = api_query(r, "since");
+    if (since && !last) {
+        char *end = NULL;
+        double t = strcmp(since, "now") == 0 ? 1e300 : strtod(since, &end);
+        if (end && (end == since || *end || !(t >= 0)))
+            return err_set(err, ERR_INVALID, 0, "invalid_query",
+                           "since must be a Unix time in seconds or \"now\"");
+        after = store_event_cursor_before(r->api->store, t);
+    }
     struct follow *f = xcalloc(1, sizeof(*f));
     *f = (struct follow){r->api->store, r->user.id, after};
     if (api_reply_stream(r, "text/event-stream", follow_main, f, err) < 0) {

@@ -52,3 +52,16 @@ json_t *store_event_list(store_t *s, int64_t owner_id, int64_t after_id, int lim
     }
     return arr;
 }
+
+int64_t store_event_cursor_before(store_t *s, double before)
+{
+    STORE_LOCK(s);
+    sqlite3_stmt *st _cleanup_stmt_ = NULL;
+    /* Over all owners: ids only grow, so the largest id before the time is a cursor any owner
+     * can start from (their own events come after it). */
+    if (store_prepare(s, "SELECT COALESCE(MAX(id), 0) FROM events WHERE timestamp < ?", &st, NULL) <
+        0)
+        return 0;
+    sqlite3_bind_double(st, 1, before);
+    return sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+}

@@ -14,3 +14,6 @@ int64_t store_event_add(store_t *s, int64_t owner_id, const char *sandbox_id, co
  * {id, type, container_id, timestamp, data}; NULL with err on failure.
  */
 json_t *store_event_list(store_t *s, int64_t owner_id, int64_t after_id, int limit, err_t *err);
+/* A cursor (an event id, 0 for the start) that store_event_list continues from to list the
+ * events recorded at or after the Unix time `before`. */
+int64_t store_event_cursor_before(store_t *s, double before);

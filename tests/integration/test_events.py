@@ -7,12 +7,12 @@ import httpx
 from test_fork import fork
 
 
-def read_events(c, n, headers=None, timeout=30):
+def read_events(c, n, headers=None, timeout=30, params=None):
     """The next n events of the stream as (id, event, data) tuples (fewer after timeout s)."""
     import time
     deadline = time.monotonic() + timeout
     out = []
-    with c.stream("GET", "/events", headers=headers or {}, timeout=5) as r:
+    with c.stream("GET", "/events", headers=headers or {}, params=params, timeout=5) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         cur = {}
@@ -68,6 +68,31 @@ def test_live_events_and_bad_cursor(sbx):
     assert got and got[0][1] == "created" and got[0][2]["container_id"] == sid
     assert sbx.get("/events", headers={"Last-Event-ID": "nope"}).status_code == 400
     assert httpx.get(str(sbx.http.base_url) + "/events").status_code == 401
+
+
+def test_since_skips_the_history(sbx):
+    import time
+    first = sbx.create("busybox")["id"]
+    time.sleep(0.05)
+    mark = time.time()
+    time.sleep(0.05)
+    second = sbx.create("busybox")["id"]
+    # from a time: only what came after it
+    got = read_events(sbx, 1, params={"since": f"{mark:.3f}"}, timeout=10)
+    assert got[0][1] == "created" and got[0][2]["container_id"] == second
+    # now: nothing of the history, then what happens next
+    got = []
+
+    def listen():
+        got.extend(read_events(sbx, 1, params={"since": "now"}, timeout=30))
+    t = threading.Thread(target=listen)
+    t.start()
+    time.sleep(0.5)
+    sbx.sh(first, "true")
+    t.join(30)
+    assert got and got[0][1] == "exec" and got[0][2]["container_id"] == first, got
+    for bad in ("soon", "-5", ""):
+        assert sbx.get("/events", params={"since": bad}).status_code == 400
 
 
 def test_cli_events_prints_them(sbx_daemon, sbx):
