@@ -303,7 +303,10 @@ class _EventsBase:
 
     def _req(self) -> Req:
         read = self._timeout if self._timeout is not None else 60.0  # heartbeats every 15 s
-        return Req("GET", "/events", headers=events_headers(self.last_event_id),
+        # The daemon skips what came before `since` itself (its ?since=); _accept checks too.
+        params = {"since": f"{self._since:.6f}"} \
+            if self._since is not None and self.last_event_id is None else None
+        return Req("GET", "/events", headers=events_headers(self.last_event_id), params=params,
                    timeout=httpx.Timeout(read, connect=10.0))
 
     def _arm(self) -> None:
