@@ -64,7 +64,9 @@ export class EventStream implements AsyncIterable<SandboxEvent> {
       try {
         const headers: Record<string, string> = { accept: "text/event-stream" };
         if (this.lastEventId !== undefined) headers["last-event-id"] = String(this.lastEventId);
-        const res = await this.http.send("GET", "/events", { headers, signal });
+        // The daemon skips the history before `since` itself (?since=); wanted() checks too.
+        const query = this.lastEventId === undefined && this.opts.since !== undefined ? { since: String(this.opts.since) } : undefined;
+        const res = await this.http.send("GET", "/events", { headers, signal, query });
         connected = true;
         failures = 0;
         let id: number | undefined;
