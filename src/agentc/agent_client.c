@@ -65,9 +65,9 @@ static int check_peer(int fd, pid_t expected_pid, err_t *err)
         return 0;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return unavailable(err, errno, "SO_PEERCRED");
-    bool own_ns = same_pidns(expected_pid, getpid());
-    if (cred.pid != expected_pid &&
-        (own_ns || !(cred.pid > 0 && same_pidns(cred.pid, expected_pid))))
+    /* The namespace checks only when the peer is not the init itself (not on every exec). */
+    if (cred.pid != expected_pid && (same_pidns(expected_pid, getpid()) || cred.pid <= 0 ||
+                                     !same_pidns(cred.pid, expected_pid)))
         return err_set(err, ERR_RUNTIME, 0, "agent_unavailable",
                        "agent socket: the peer is pid %d, not the sandbox's init %d", (int)cred.pid,
                        (int)expected_pid);

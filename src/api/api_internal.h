@@ -197,6 +197,8 @@ int h_files_post(api_req_t *r, err_t *err);
 int h_files_delete(api_req_t *r, err_t *err);
 int h_events(api_req_t *r, err_t *err);
 int h_exec_pty(api_req_t *r, err_t *err);
+/* A terminal's text frame {"resize":{"cols":N,"rows":M}} (1-1000 each); false otherwise. */
+bool api_term_parse_resize(const uint8_t *p, size_t n, uint16_t *cols, uint16_t *rows);
 int h_attach(api_req_t *r, err_t *err);
 int h_proxy_begin(api_req_t *r, err_t *err);
 int h_proxy_chunk(api_req_t *r, const char *data, size_t len, err_t *err);

@@ -124,8 +124,9 @@ static bool relay_frames(struct session *s)
             break;
         case AGENT_EXIT:
             if (agentc_decode_exit(&f, &x, &err) < 0)
-                return ws_close(s->ws, 1011, "the sandbox's agent sent a bad exit"), false;
-            close_with_exit(s, &x);
+                ws_close(s->ws, 1011, "the sandbox's agent sent a bad exit");
+            else
+                close_with_exit(s, &x);
             return false;
         case AGENT_ERROR:
             if (agentc_decode_error(&f, code, sizeof(code), msg, sizeof(msg), &err) < 0)
@@ -170,16 +171,26 @@ static void on_agent(struct session *s)
 }
 
 /* {"resize": {"cols": N, "rows": M}} → RESIZE; other text is ignored. */
-static void on_text(struct session *s, const uint8_t *p, size_t n)
+bool api_term_parse_resize(const uint8_t *p, size_t n, uint16_t *cols, uint16_t *rows)
 {
     json_t *j _cleanup_json_ = json_loadb((const char *)p, n, 0, NULL);
     json_t *rs = json_object_get(j, "resize");
-    json_int_t cols = json_integer_value(json_object_get(rs, "cols"));
-    json_int_t rows = json_integer_value(json_object_get(rs, "rows"));
-    if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000)
+    json_int_t c = json_integer_value(json_object_get(rs, "cols"));
+    json_int_t r = json_integer_value(json_object_get(rs, "rows"));
+    if (c < 1 || c > 1000 || r < 1 || r > 1000)
+        return false;
+    *cols = (uint16_t)c;
+    *rows = (uint16_t)r;
+    return true;
+}
+
+static void on_text(struct session *s, const uint8_t *p, size_t n)
+{
+    uint16_t cols, rows;
+    if (!api_term_parse_resize(p, n, &cols, &rows))
         return;
     uint8_t payload[4];
-    agent_resize_encode(payload, (uint16_t)cols, (uint16_t)rows);
+    agent_resize_encode(payload, cols, rows);
     err_t err = {0};
     agentc_send(sbx_term_fd(s->term), AGENT_RESIZE, payload, sizeof(payload), &err);
 }

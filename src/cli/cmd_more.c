@@ -254,12 +254,11 @@ int cmd_stats(cli_t *cli, const cli_args_t *args, err_t *err)
         snprintf(cpu, sizeof(cpu), "%.2f s", json_number_value(cs));
     json_t *pc = json_object_get(json_object_get(j, "pids"), "current");
     json_t *pl = json_object_get(json_object_get(j, "pids"), "limit");
+    char limit[24] = "-";
+    if (json_is_integer(pl))
+        snprintf(limit, sizeof(limit), "%lld", (long long)json_integer_value(pl));
     if (json_is_integer(pc))
-        snprintf(pids, sizeof(pids), "%lld / %s", (long long)json_integer_value(pc),
-                 json_is_integer(pl) ? "" : "-");
-    if (json_is_integer(pc) && json_is_integer(pl))
-        snprintf(pids, sizeof(pids), "%lld / %lld", (long long)json_integer_value(pc),
-                 (long long)json_integer_value(pl));
+        snprintf(pids, sizeof(pids), "%lld / %s", (long long)json_integer_value(pc), limit);
     _cleanup_free_ char *status = cli_safe(cli_jstr(j, "status", "?"));
     printf("STATUS   %s\nCPU      %s\nMEMORY   %s / %s (peak %s)\nPIDS     %s\nDISK     %s\n"
            "NETWORK  %s in, %s out\n",
