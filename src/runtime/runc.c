@@ -1,6 +1,7 @@
 /* The runc driver: every invocation of the OCI runtime goes through here. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -127,6 +128,38 @@ static pid_t spawn_shim(const struct shim_paths *p, err_t *err)
     return pid;
 }
 
+/*
+ * The first error of CRIU's restore log (runc only says "criu failed"); when CRIU's first
+ * error is the final "Restoring FAILED", the line before it says what went wrong.
+ */
+static void criu_first_error(int dirfd, char *out, size_t size)
+{
+    int fd = openat(dirfd, "restore.log", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    char line[512], prev[512] = "";
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *e = strstr(line, "Error (");
+        /* CRIU logs its failure to raise its own fd limit as an error, and carries on. */
+        if (e && !strstr(e, "RLIMIT_NOFILE for self")) {
+            const char *say = e;
+            if (strstr(e, "Restoring FAILED") && prev[0]) {
+                say = strchr(prev, ')'); /* past the "(00.004968)" time stamp */
+                say = say ? say + 1 + strspn(say + 1, " \t") : prev;
+            }
+            snprintf(out, size, "%s", say);
+            break;
+        }
+        snprintf(prev, sizeof(prev), "%s", line);
+    }
+    fclose(f);
+}
+
 pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid, err_t *err)
 {
     pid_t shim = spawn_shim(p, err);
@@ -144,13 +177,15 @@ pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid,
         if (read_small_file(dirfd, "exit", line, sizeof(line)))
             break; /* runc gave up: the shim wrote the exit status */
         usleep(delay);
-        if (delay < 5000)
+        if (delay < 1000) /* a restore takes ~50-100 ms: look at least every millisecond */
             delay *= 2;
     }
-    char why[1024] = "";
+    char why[1024] = "", criu[512] = "";
     read_small_file(dirfd, "runc.err", why, sizeof(why));
-    return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s",
-                   why[0] ? ": " : "", why);
+    if (p->restore)
+        criu_first_error(dirfd, criu, sizeof(criu));
+    return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s%s%s",
+                   why[0] ? ": " : "", why, criu[0] ? "; CRIU: " : "", criu);
 }
 
 int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,
@@ -172,16 +207,41 @@ int runtime_checkpoint(const char *id, const char *image_dir, const char *work_d
     return 0;
 }
 
+struct uts_job {
+    int ns_fd;
+    const char *hostname;
+    int errnum;
+};
+
+/* setns changes only the calling thread: a short-lived one, so the daemon's stay put. */
+static void *uts_thread(void *arg)
+{
+    struct uts_job *j = arg;
+    if (setns(j->ns_fd, CLONE_NEWUTS) < 0 || sethostname(j->hostname, strlen(j->hostname)) < 0)
+        j->errnum = errno;
+    return NULL;
+}
+
 int runtime_after_restore(pid_t init_pid, const char *hostname, err_t *err)
 {
-    char pid[16];
-    snprintf(pid, sizeof(pid), "%d", (int)init_pid);
-    /* runc restores into a new, empty netns: its loopback starts down. */
-    char *lo[] = {"nsenter", "-t", pid, "-n", "ip", "link", "set", "lo", "up", NULL};
-    char *host[] = {"nsenter", "-t", pid, "-u", "hostname", (char *)hostname, NULL};
-    if (proc_run_ok(lo, 10000, NULL, err) < 0)
-        return -1;
-    return hostname ? proc_run_ok(host, 10000, NULL, err) : 0;
+    /* The restored tree is in the sandbox's own netns (its loopback was brought up when the
+     * namespace was made); only the hostname, restored from the images, is the source's. */
+    if (!hostname)
+        return 0;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/uts", (int)init_pid);
+    struct uts_job j = {.ns_fd = open(path, O_RDONLY | O_CLOEXEC), .hostname = hostname};
+    if (j.ns_fd < 0)
+        return err_sys(err, "open %s", path);
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, uts_thread, &j);
+    if (rc == 0)
+        pthread_join(t, NULL);
+    close(j.ns_fd);
+    errno = rc ? rc : j.errnum;
+    if (rc || j.errnum)
+        return err_sys(err, "set the hostname of the restored sandbox");
+    return 0;
 }
 
 static bool criu_ok;

@@ -89,7 +89,7 @@ int runtime_pause(const char *id, bool pause, err_t *err);
  */
 int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,
                        bool leave_running, err_t *err);
-/* After a restore: bring up loopback in a fresh netns and set the hostname (as the host). */
+/* After a restore: give the restored tree its own hostname (it comes back with the source's). */
 int runtime_after_restore(pid_t init_pid, const char *hostname, err_t *err);
 /* True if CRIU works here (`criu check`), tested once. */
 bool runtime_criu_available(void);

@@ -44,8 +44,8 @@ static void write_run_file(struct shim *s, const char *name, const char *text)
     int fd = openat(s->run_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return;
+    /* No fsync: these files describe processes, which do not survive the machine either. */
     (void)!write(fd, text, strlen(text));
-    fsync(fd);
     close(fd);
     renameat(s->run_fd, tmp, s->run_fd, name);
 }

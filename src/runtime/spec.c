@@ -174,9 +174,8 @@ static json_t *mounts(const struct spec_opts *o)
     json_array_append_new(
         m, mount("/sys/fs/cgroup", "cgroup", "cgroup",
                  json_pack("[s,s,s,s,s]", "nosuid", "noexec", "nodev", "relatime", "ro")));
-    json_array_append_new(
-        m, mount("/run", "tmpfs", "tmpfs",
-                 json_pack("[s,s,s,s]", "nosuid", "nodev", "mode=755", "size=65536k")));
+    /* No tmpfs on /run (Docker has none either): every tmpfs with content costs each
+     * checkpoint and restore a tar and a gzip run. /run/sandboxer is made in the layer. */
     json_array_append_new(m, bind("/run/sandboxer", o->sock_dir, false));
     json_array_append_new(m, bind("/.sandboxer", o->agent_dir, true));
     _cleanup_free_ char *hostname = xasprintf("%s/hostname", o->etc_dir);

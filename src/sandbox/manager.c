@@ -205,7 +205,8 @@ static int write_criu_conf(sbx_mgr_t *m, err_t *err)
      * sockets are kept. network-lock skip: with tcp-close there is no connection state to
      * protect, and locking a namespace with iptables costs ~125 ms per fork.
      */
-    static const char conf[] = "ghost-limit 268435456\ntcp-close\nnetwork-lock skip\n";
+    static const char conf[] =
+        "ghost-limit 268435456\ntcp-close\nnetwork-lock skip\nmanage-cgroups=ignore\n";
     int fd _cleanup_close_ = open(m->criu_conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || write(fd, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1))
         return err_sys(err, "write %s", m->criu_conf);

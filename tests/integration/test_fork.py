@@ -392,3 +392,73 @@ def test_fork_with_an_established_connection(sbx):
     p2, c2 = counters(sbx, sid), counters(sbx, child["id"])
     assert p2[0] > p1[0] and p2[1] == 0, (p1, p2)  # the parent's connection never broke
     assert c2[0] > c1[0] and c2[1] >= 1, (c1, c2)  # the child reconnected and goes on
+
+
+def cgroup_procs(sid):
+    """PIDs in the sandbox's cgroup, in every hierarchy it has one (v1) or its v2 cgroup."""
+    out = {}
+    for root in ["/sys/fs/cgroup", *(f"/sys/fs/cgroup/{c}" for c in
+                                     ("memory", "pids", "cpu", "freezer", "cpuset"))]:
+        path = f"{root}/sandboxer/{sid}/cgroup.procs"
+        if os.path.exists(path):
+            with open(path) as f:
+                out[root] = {int(p) for p in f.read().split()}
+    return out
+
+
+def test_clones_run_in_their_own_cgroups(sbx):
+    """A fork's, a woken sandbox's and a snapshot start's processes are in the new sandbox's
+    cgroups (its limits and stats apply to them), and inside, /proc/self/cgroup shows the
+    sandbox's own cgroup namespace, not the host's paths."""
+    parent = server_sandbox(sbx, data_mb=20)["id"]
+    child = fork(sbx, parent)["id"]
+    sbx.post(f"/sandboxes/{child}/hibernate", timeout=120)
+    sbx.post(f"/sandboxes/{child}/wake", timeout=120)
+    snap = sbx.post(f"/sandboxes/{parent}/snapshots", json={"name": "cg"}, timeout=120)
+    assert snap.status_code == 201, snap.text
+    r = sbx.post("/sandboxes", json={"snapshot": "cg"}, timeout=120)
+    assert r.status_code == 201, r.text
+    started = r.json()["id"]
+    sbx.created.append(started)
+    try:
+        for sid in (parent, child, started):
+            assert ask(sbx, sid)["size"] == 20 << 20
+            procs = cgroup_procs(sid)
+            assert procs, f"no cgroup for {sid}"
+            sets = list(procs.values())
+            assert sets[0] and all(s == sets[0] for s in sets), (sid, procs)
+            comms = set()
+            for pid in sets[0]:
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        comms.add(f.read().strip())
+                except FileNotFoundError:
+                    pass
+            assert "python3" in comms, (sid, comms)
+            # the 20 MB the server holds are charged to this sandbox
+            assert cgroup_memory(sid) > 20 << 20, sid
+            lines = sbx.sh(sid, "cat /proc/1/cgroup")["stdout"].split()
+            assert lines and all(line.endswith(":/") for line in lines), ((parent, child, started).index(sid), lines)
+    finally:
+        sbx.delete("/snapshots/cg")
+
+
+def test_a_damaged_snapshot_fails_clearly_and_leaves_nothing(sbx, sbx_daemon):
+    src = sbx.create("busybox")["id"]
+    r = sbx.post(f"/sandboxes/{src}/snapshots", json={"name": "damaged"}, timeout=120)
+    assert r.status_code == 201, r.text
+    snap_id = r.json()["id"]
+    try:
+        ckpt = os.path.join(sbx_daemon.state_dir, "snapshots", snap_id, "checkpoint")
+        with open(os.path.join(ckpt, "pstree.img"), "r+b") as f:
+            f.truncate(3)
+        before = {s["id"] for s in sbx.get("/sandboxes").json()["sandboxes"]}
+        r = sbx.post("/sandboxes", json={"snapshot": "damaged"}, timeout=120)
+        assert r.status_code == 500 and r.json()["code"] == "runtime", r.text
+        # the daemon's log says what CRIU found wrong, not only runc's "criu failed"
+        log = sbx_daemon.log()
+        assert "CRIU: Error (" in log and "Img trimmed" in log.split("CRIU: ")[-1], log[-2000:]
+        assert {s["id"] for s in sbx.get("/sandboxes").json()["sandboxes"]} == before
+        assert sbx.sh(src, "echo alive")["stdout"] == "alive\n"
+    finally:
+        sbx.delete("/snapshots/damaged")
