@@ -542,7 +542,57 @@ def machine_info(binary):
                           "--always", "--dirty"]) or "?",
         "python": platform.python_version(),
         "loadavg": loadavg(),
+        "cgroup move at start": cgroup_move_ms(),
     }
+
+
+def cgroup_move_ms():
+    """Median ms to move a process into a new cgroup (what each container start or restore
+    does), and whether cgroup2 has favordynmods: the kernel makes a move wait for an RCU grace
+    period unless that option is (or was, on newer kernels) on."""
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    base = "/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/cpuset"
+    probe = os.path.join(base, f"sandboxer-bench-probe-{os.getpid()}")
+    times = []
+    try:
+        os.mkdir(probe)
+        if not v2:  # a v1 cpuset cgroup takes no task before it has CPUs and memory nodes
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                with open(os.path.join(base, name)) as f, \
+                        open(os.path.join(probe, name), "w") as g:
+                    g.write(f.read())
+        for _ in range(3):
+            p = subprocess.Popen(["sleep", "10"])
+            try:
+                time.sleep(0.2)
+                t = time.perf_counter()
+                with open(os.path.join(probe, "cgroup.procs"), "w") as f:
+                    f.write(str(p.pid))
+                times.append((time.perf_counter() - t) * 1000)
+            finally:
+                p.kill()
+                p.wait()
+    except OSError:
+        pass
+    finally:
+        time.sleep(0.1)
+        try:
+            os.rmdir(probe)
+        except OSError:
+            pass
+    opts = "?"
+    path = "/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/unified"
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                rest = fields[fields.index("-") + 1:]
+                if fields[4] == path and rest[0] == "cgroup2":
+                    opts = "on" if "favordynmods" in rest[2].split(",") else "off"
+    except (OSError, ValueError, IndexError):
+        pass
+    ms = f"{sorted(times)[len(times) // 2]:.2f} ms" if times else "?"
+    return f"{ms} (favordynmods {opts})"
 
 
 def loadavg():
@@ -557,5 +607,6 @@ def print_header(info, t_start):
     print()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print(f"run took {time.monotonic() - t_start:.0f} s; load average at the start "
-          f"{info['loadavg']}, at the end {loadavg()}")
+          f"{info['loadavg']}, at the end {loadavg()}; cgroup move at the end "
+          f"{cgroup_move_ms()}")
     print()

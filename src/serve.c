@@ -57,6 +57,7 @@ struct serve_opts {
     const char *nft_table;
     const char *default_network;
     const char *vhost;
+    const char *cgroup_favordynmods;
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT, OPT_SECS /* 0 allowed: never */ };
@@ -131,6 +132,9 @@ static const struct opt_def {
      "egress of a sandbox that does not ask: none (no traffic out) or open (NAT)"},
     {"vhost", "SANDBOXER_VHOST", "", OPT_STR, offsetof(struct serve_opts, vhost),
      "domain whose subdomains <name>[-<port>].<vhost> reach sandboxes (see caddy-config)"},
+    {"cgroup-favordynmods", "SANDBOXER_CGROUP_FAVORDYNMODS", "on", OPT_STR,
+     offsetof(struct serve_opts, cgroup_favordynmods),
+     "on: turn on the host's cgroup2 favordynmods (fast cgroup moves; see README) or off"},
 };
 
 static void usage(FILE *f)
@@ -315,6 +319,18 @@ static void daemon_close(struct daemon *d, bool free_shared)
         close(d->lock_fd);
 }
 
+/* Worth having, never worth failing the start for: an older kernel lacks the option. */
+static void favor_dynmods(void)
+{
+    const char *where = "";
+    err_t e = {0};
+    int rc = runtime_cgroup_favor_dynmods(&where, &e);
+    if (rc == 1)
+        log_info("cgroup.favordynmods", "path=%s msg=\"turned on: fast cgroup moves\"", where);
+    else if (rc < 0)
+        log_warn("cgroup.favordynmods", "path=%s msg=\"not turned on: %s\"", where, e.msg);
+}
+
 static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
 {
     ssize_t n = readlink("/proc/self/exe", d->self, sizeof(d->self) - 1);
@@ -340,6 +356,10 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-cpus: 0.01 to 256");
     if (strcmp(o->default_network, "none") != 0 && strcmp(o->default_network, "open") != 0)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-network: none or open");
+    if (strcmp(o->cgroup_favordynmods, "on") != 0 && strcmp(o->cgroup_favordynmods, "off") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_option", "--cgroup-favordynmods: on or off");
+    if (strcmp(o->cgroup_favordynmods, "on") == 0)
+        favor_dynmods();
     _cleanup_free_ char *netns_dir = xasprintf("%s/netns", o->state_dir);
     struct net_config nc = {o->subnet, o->bridge, netns_dir, o->nft_table};
     if (!(d->net = net_open(&nc, err)))

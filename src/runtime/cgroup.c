@@ -1,12 +1,14 @@
 /* cgroup hierarchy detection: v1/hybrid or v2 unified, read from the filesystem. */
 #include <linux/magic.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/vfs.h>
 
+#include "common/proc.h"
 #include "runtime.h"
 
 static enum cgroup_mode mode;
@@ -26,6 +28,58 @@ enum cgroup_mode runtime_cgroup_mode(void)
 {
     pthread_once(&once, detect);
     return mode;
+}
+
+/* The super options of the cgroup2 mount at path ("" if path is not one). */
+static bool cgroup2_super_options(const char *path, char *out, size_t size)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return false;
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        /* ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS */
+        char mp[512], type[64], super[256];
+        const char *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*s %*s %*s %*s %511s", mp) != 1 ||
+            sscanf(dash + 3, "%63s %*s %255s", type, super) != 2)
+            continue;
+        if (strcmp(mp, path) == 0 && strcmp(type, "cgroup2") == 0) {
+            snprintf(out, size, "%s", super);
+            found = true;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static bool has_option(const char *list, const char *opt)
+{
+    size_t n = strlen(opt);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, opt, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+int runtime_cgroup_favor_dynmods(const char **where, err_t *err)
+{
+    const char *path =
+        runtime_cgroup_mode() == CGROUP_V2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
+    *where = path;
+    char opts[256];
+    if (!cgroup2_super_options(path, opts, sizeof(opts)))
+        return err_set(err, ERR_NOT_FOUND, 0, "not_found", "no cgroup2 hierarchy at %s", path);
+    if (has_option(opts, "favordynmods"))
+        return 0;
+    /* mount(8) merges the mount's present options (nsdelegate, nosuid, ...) with the new one. */
+    char *argv[] = {"mount", "-o", "remount,favordynmods", (char *)path, NULL};
+    if (proc_run_ok(argv, 10000, NULL, err) < 0)
+        return -1;
+    if (!cgroup2_super_options(path, opts, sizeof(opts)) || !has_option(opts, "favordynmods"))
+        return err_set(err, ERR_RUNTIME, 0, "runtime", "%s kept its options (%s)", path, opts);
+    return 1;
 }
 
 /* The first line of dir/name as an integer; -1 if absent or "max". */

@@ -284,3 +284,31 @@ def test_expect_continue_gets_413_before_the_body(daemon):
     s.close()
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert b'"body_too_large"' in reply
+
+
+def cgroup2_super_options():
+    path = "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") \
+        else "/sys/fs/cgroup/unified"
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == path:
+                after = fields[fields.index("-") + 1:]
+                if after[0] == "cgroup2":
+                    return after[2].split(",")
+    return None
+
+
+def test_daemon_turns_on_cgroup_favordynmods(daemon):
+    """A started daemon leaves the host's cgroup2 hierarchy with favordynmods (this kernel has
+    it), keeping the options it had."""
+    opts = cgroup2_super_options()
+    assert opts is not None, "no cgroup2 hierarchy on this host"
+    assert "favordynmods" in opts and "rw" in opts, opts
+
+
+def test_bad_cgroup_favordynmods_value_refuses_to_start(tmp_path):
+    p = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0", "--socket",
+                        str(tmp_path / "s.sock"), "--state-dir", str(tmp_path / "state"),
+                        "--cgroup-favordynmods", "maybe"], capture_output=True, timeout=20)
+    assert p.returncode != 0 and b"--cgroup-favordynmods: on or off" in p.stderr, p.stderr
