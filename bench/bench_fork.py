@@ -400,10 +400,12 @@ def main():
         sys.exit(f"bench: --keep-criu-logs {keep_dir} is not empty")
     session = Session(args.total_timeout)
     workdir = session.workdir
-    info["disk"] = (f"state dir {fs_of(workdir)}, {CKPT_TMP} {fs_of('/run')}, "
+    info["disk"] = (f"state dir {fs_of(workdir)}, {CKPT_TMP} {fs_of('/dev/shm')}, "
                     f"podman {fs_of('/var/lib/containers')}")
-    # CRIU keeps what it probed of the kernel in /run/criu.kdat only when /run is a tmpfs
-    info["criu kdat cache"] = "yes" if os.path.exists("/run/criu.kdat") else "no"
+    # CRIU keeps what it probed of the kernel in RUNDIR/criu.kdat, and only on a tmpfs; our
+    # build's RUNDIR is /dev/shm (scripts/build-criu), a stock build's /run
+    kdat = [p for p in ("/dev/shm/criu.kdat", "/run/criu.kdat") if os.path.exists(p)]
+    info["criu kdat cache"] = ", ".join(kdat) if kdat else "none"
     reg = sbx = pm = failed = None
     session.on_cleanup("the daemon's log", keep_log_cleanup(lambda: sbx, args.keep_log))
     rows = []

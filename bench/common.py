@@ -26,7 +26,7 @@ PODMAN_OPTS = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit",
                "nproc=4096:4096", "--network", "none"]
 OP_TIMEOUT = 60  # one request or one command
 # The fork benchmark checkpoints here (src/sandbox/fork.c), outside the daemon's state dir.
-CKPT_TMP = "/run/sandboxer/checkpoints"
+CKPT_TMP = "/dev/shm/sandboxer-checkpoints"  # where the daemon checkpoints a fork's parent
 
 
 def log(msg):

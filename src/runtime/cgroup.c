@@ -30,7 +30,7 @@ enum cgroup_mode runtime_cgroup_mode(void)
     return mode;
 }
 
-/* The super options of the cgroup2 mount at path ("" if path is not one). */
+/* The super options of the cgroup2 mount at path (the last one: it hides those under it). */
 static bool cgroup2_super_options(const char *path, char *out, size_t size)
 {
     FILE *f = fopen("/proc/self/mountinfo", "re");
@@ -38,7 +38,7 @@ static bool cgroup2_super_options(const char *path, char *out, size_t size)
         return false;
     char line[1024];
     bool found = false;
-    while (!found && fgets(line, sizeof(line), f)) {
+    while (fgets(line, sizeof(line), f)) {
         /* ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS */
         char mp[512], type[64], super[256];
         const char *dash = strstr(line, " - ");
