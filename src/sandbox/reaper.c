@@ -56,7 +56,7 @@ static void reap_once(sbx_mgr_t *m)
 {
     sandbox_rec_t *items = NULL;
     size_t n = 0;
-    if (store_sandbox_list_live(m->store, &items, &n, NULL) < 0)
+    if (store_sandbox_list_reapable(m->store, m->cfg.idle_timeout_s > 0, &items, &n, NULL) < 0)
         return;
     double now = now_unix();
     for (size_t i = 0; i < n; i++)

@@ -175,6 +175,18 @@ int store_sandbox_list_live(store_t *s, sandbox_rec_t **out, size_t *n, err_t *e
                       -1, out, n, err);
 }
 
+int store_sandbox_list_reapable(store_t *s, bool any_timeout, sandbox_rec_t **out, size_t *n,
+                                err_t *err)
+{
+    /* Without a daemon-wide timeout only sandboxes that set their own can be reaped: most
+     * rounds then read no row at all. */
+    return list_query(s,
+                      "SELECT " SBX_COLS " FROM sandboxes WHERE status = 'running' AND "
+                      "(intent IS NULL OR intent = '') AND (?1 OR "
+                      "json_extract(spec, '$.idle_timeout') > 0) ORDER BY created_at, id",
+                      any_timeout, out, n, err);
+}
+
 void store_sandbox_list_free(sandbox_rec_t *items, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -4,6 +4,8 @@ import time
 
 import pytest
 
+from conftest import Daemon, Sandboxes
+
 
 def wait_status(sbx, sid, want, timeout=30):
     deadline = time.monotonic() + timeout
@@ -47,3 +49,20 @@ def test_a_running_exec_keeps_a_sandbox_awake(sbx):
 def test_idle_timeout_is_validated(sbx, bad):
     r = sbx.post("/sandboxes", json={"image": "busybox", "idle_timeout": bad})
     assert r.status_code == 400, r.text
+
+
+def test_daemon_wide_idle_timeout_and_a_sandbox_that_opts_out(registry_url, tmp_path):
+    d = Daemon(str(tmp_path), ["--registry-mirror", registry_url, "--idle-timeout", "2"])
+    try:
+        d.start()
+        c = Sandboxes(d.url, d.admin_token)
+        try:
+            default = c.create("busybox")["id"]  # takes the daemon's 2 s
+            never = c.create("busybox", idle_timeout=0)["id"]  # its own: never
+            assert wait_status(c, default, "hibernated") == "hibernated"
+            time.sleep(2)  # a few more rounds of the reaper
+            assert c.get(f"/sandboxes/{never}").json()["status"] == "running"
+        finally:
+            c.cleanup()
+    finally:
+        d.kill()
