@@ -82,6 +82,13 @@ SCRIPT_ARGS = {
         ("--proxy-warmup", dict(type=int, default=50,
                                 help="untimed small GETs per path before the series")),
     ],
+    "terminal": [
+        ("--n-open", dict(type=int, default=100,
+                          help="terminal open samples per tool (default 100)")),
+        ("--n-key", dict(type=int, default=500,
+                         help="keystroke echo samples for Sandboxer (default 500); runc and "
+                         "podman take at most 200")),
+    ],
 }
 
 
