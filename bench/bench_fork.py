@@ -375,8 +375,9 @@ def criu_log_summary(keep_dir):
 
 def fs_of(path):
     try:
-        return run(["findmnt", "-no", "FSTYPE", "-T", path], check=False,
-                   text=True).stdout.strip() or "?"
+        # the last line: the mount on top when several are stacked there
+        out = run(["findmnt", "-no", "FSTYPE", "-T", path], check=False, text=True).stdout
+        return (out.split() or ["?"])[-1]
     except Exception:
         return "?"
 
