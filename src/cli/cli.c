@@ -44,9 +44,12 @@ static const struct cli_verb verbs[] = {
                 "  --cpus N         CPUs it may use, e.g. 0.5 or 2\n"
                 "  --memory SIZE    memory limit, e.g. 512M or 2G (or bytes)\n"
                 "  --pids N         the most processes it may run\n"
+                "  --disk SIZE      the most its files may take, e.g. 2G (needs a daemon\n"
+                "                   whose state dir is on btrfs or has project quotas)\n"
                 "  --public         let its proxied ports be reached without a token\n"
                 "  --port N         a port of the sandbox to proxy (repeatable)\n",
-        .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,public,port=,snapshot=",
+        .opts =
+            "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,disk=,public,port=,snapshot=",
         .min_args = 0,
         .fixed_args = 1, /* IMAGE, when given, does not end the options */
         .max_args = -1,

@@ -248,7 +248,8 @@ int cmd_stats(cli_t *cli, const cli_args_t *args, err_t *err)
         return 0;
     }
     const json_t *j = resp.json;
-    char mem[32], lim[32], peak[32], disk[32], rx[32], tx[32], cpu[32] = "-", pids[48] = "-";
+    char mem[32], lim[32], peak[32], disk[32], dlim[32], rx[32], tx[32], cpu[32] = "-",
+                                                                         pids[48] = "-";
     json_t *cs = json_object_get(json_object_get(j, "cpu"), "usage_seconds");
     if (json_is_number(cs))
         snprintf(cpu, sizeof(cpu), "%.2f s", json_number_value(cs));
@@ -260,12 +261,13 @@ int cmd_stats(cli_t *cli, const cli_args_t *args, err_t *err)
     if (json_is_integer(pc))
         snprintf(pids, sizeof(pids), "%lld / %s", (long long)json_integer_value(pc), limit);
     _cleanup_free_ char *status = cli_safe(cli_jstr(j, "status", "?"));
-    printf("STATUS   %s\nCPU      %s\nMEMORY   %s / %s (peak %s)\nPIDS     %s\nDISK     %s\n"
+    printf("STATUS   %s\nCPU      %s\nMEMORY   %s / %s (peak %s)\nPIDS     %s\nDISK     %s / %s\n"
            "NETWORK  %s in, %s out\n",
            status, cpu, size_at(j, "memory", "usage_bytes", mem, sizeof(mem)),
            size_at(j, "memory", "limit_bytes", lim, sizeof(lim)),
            size_at(j, "memory", "peak_bytes", peak, sizeof(peak)), pids,
            size_at(j, "disk", "used_bytes", disk, sizeof(disk)),
+           size_at(j, "disk", "limit_bytes", dlim, sizeof(dlim)),
            size_at(j, "network", "rx_bytes", rx, sizeof(rx)),
            size_at(j, "network", "tx_bytes", tx, sizeof(tx)));
     return 0;

@@ -97,18 +97,18 @@ int cli_checkpoint_post(cli_t *cli, const char *key, const char *suffix, const j
 /* --- create ----------------------------------------------------------------------------- */
 
 /* Bytes as an integer, a size like "512M" as the string (the daemon reads it the same way). */
-static int put_memory(json_t *body, const char *v, err_t *err)
+static int put_size(json_t *body, const char *key, const char *v, err_t *err)
 {
     long long bytes;
     uint64_t size;
     if (!v)
         return 0;
     if (parse_int(v, 1, LLONG_MAX, &bytes))
-        json_object_set_new(body, "memory", json_integer(bytes));
+        json_object_set_new(body, key, json_integer(bytes));
     else if (parse_size(v, &size) && size > 0)
-        json_object_set_new(body, "memory", json_string(v));
+        json_object_set_new(body, key, json_string(v));
     else
-        return cli_usage(err, "create: --memory wants a size like 512M or 2G, not '%s'", v);
+        return cli_usage(err, "create: --%s wants a size like 512M or 2G, not '%s'", key, v);
     return 0;
 }
 
@@ -160,8 +160,8 @@ static void put_flags(json_t *body, const cli_args_t *args)
 
 /* Options that shape a sandbox made from an image; one made from a snapshot takes its
  * process, environment and limits from the snapshot, so they would be silently ignored. */
-static const char *const image_only_opts[] = {"interactive", "env",    "cpus", "memory",
-                                              "pids",        "public", "port"};
+static const char *const image_only_opts[] = {"interactive", "env",  "cpus",   "memory",
+                                              "pids",        "disk", "public", "port"};
 
 /* --snapshot NAME: {"snapshot", "label"?, "hostname"?}. */
 static int snapshot_body(const cli_args_t *args, const char *snapshot, json_t *body, err_t *err)
@@ -202,7 +202,8 @@ static int create_body(const cli_args_t *args, json_t *body, err_t *err)
         cli_put_str(body, "hostname", cli_opt_str(args, "hostname"), "", err) < 0 ||
         cli_put_positive(body, "cpus", cli_opt_str(args, "cpus"), "create",
                          "a positive number, like 0.5 or 2", err) < 0 ||
-        put_memory(body, cli_opt_str(args, "memory"), err) < 0 ||
+        put_size(body, "memory", cli_opt_str(args, "memory"), err) < 0 ||
+        put_size(body, "disk", cli_opt_str(args, "disk"), err) < 0 ||
         put_pids(body, cli_opt_str(args, "pids"), err) < 0 || put_ports(body, args, err) < 0 ||
         put_args(body, args, err) < 0)
         return -1;

@@ -106,6 +106,8 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
         json_pack("{s:f, s:I, s:I, s:n}", "cpus", q->cpus > 0 ? q->cpus : m->cfg.default_cpus,
                   "memory", (json_int_t)(q->memory ? q->memory : m->cfg.default_memory), "pids",
                   (json_int_t)(q->pids > 0 ? q->pids : m->cfg.default_pids), "disk");
+    if (q->disk)
+        json_object_set_new(res, "disk", json_integer((json_int_t)q->disk));
     const char *user = json_string_value(json_object_get(img->config, "User"));
     const char *cwd = json_string_value(json_object_get(img->config, "WorkingDir"));
     json_t *spec =
@@ -126,6 +128,12 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
     if (json_is_object(exposed))
         json_object_set(spec, "exposed_ports", exposed);
     return spec;
+}
+
+uint64_t sbx_spec_disk(const json_t *spec)
+{
+    json_int_t v = json_integer_value(json_object_get(json_object_get(spec, "resources"), "disk"));
+    return v > 0 ? (uint64_t)v : 0;
 }
 
 int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
@@ -189,8 +197,8 @@ static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t
                            const struct sbx_paths *p, err_t *err)
 {
     if (sbx_make_dirs(p, r->hostname, err) < 0 || sbx_net_setup(m, r, p, NULL, err) < 0 ||
-        storage_layer_create(m->driver, p->layer, err) < 0 || sbx_mount_rootfs(r, p, err) < 0 ||
-        sbx_write_bundle(m, r, p, err) < 0)
+        storage_layer_create(m->driver, p->layer, sbx_spec_disk(r->spec), err) < 0 ||
+        sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, err) < 0)
         return -1;
     return sbx_boot(m, l, p, NULL, r->hostname, err);
 }
@@ -272,6 +280,11 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
 {
     if (q->snapshot)
         return sbx_snapshot_start(m, owner, q->snapshot, q->label, q->hostname, out, err);
+    if (q->disk && m->quota == STORAGE_QUOTA_NONE)
+        return err_set(err, ERR_INVALID, 0, "unsupported",
+                       "disk limits need the daemon's state dir on btrfs, or on a filesystem "
+                       "that enforces project quotas (ext4 mounted with prjquota, xfs with "
+                       "pquota); this daemon's has neither");
     char ref[512];
     image_t *img = NULL;
     if (image_ref_normalize(q->image, ref, sizeof(ref), err) < 0 ||

@@ -53,6 +53,7 @@ struct capture {
     const char *ckpt_dir; /* CRIU images; NULL: files only */
     const char *layer;    /* where the writable layer is cloned to */
     const char *work_dir; /* CRIU's log */
+    uint64_t quota;       /* the clone's disk limit (0: none) */
 };
 
 /*
@@ -72,7 +73,7 @@ static int capture(sbx_mgr_t *m, const sandbox_rec_t *src, const struct capture 
         rc = runtime_checkpoint(src->id, c->ckpt_dir, c->work_dir, true, err);
     if (rc == 0) {
         sbx_fault_point(fault);
-        rc = storage_layer_clone(m->driver, sp.layer, c->layer, err);
+        rc = storage_layer_clone(m->driver, sp.layer, c->layer, c->quota, err);
     }
     err_t e = {0};
     if (!was_paused && runtime_pause(src->id, false, &e) < 0 && rc == 0) {
@@ -184,7 +185,7 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
     if (rc == 0) {
         struct sbx_live *pl = sbx_live_get(m, parent.id, true);
         if ((rc = sbx_lock_quiesced(pl, err)) == 0) {
-            struct capture c = {ckpt, cp.layer, cp.run};
+            struct capture c = {ckpt, cp.layer, cp.run, sbx_spec_disk(parent.spec)};
             rc = capture(m, &parent, &c, "fork.after_checkpoint", err);
             pthread_rwlock_unlock(&pl->lock);
         }
@@ -280,7 +281,7 @@ int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, cons
     if (rc == 0) {
         struct sbx_live *l = sbx_live_get(m, src.id, true);
         if ((rc = sbx_lock_quiesced(l, err)) == 0) {
-            struct capture c = {snap.memory_preserved ? ckpt : NULL, layer, dir};
+            struct capture c = {snap.memory_preserved ? ckpt : NULL, layer, dir, 0};
             rc = capture(m, &src, &c, "snapshot.after_checkpoint", err);
             pthread_rwlock_unlock(&l->lock);
         }
@@ -317,7 +318,7 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
     if (rc == 0)
         rc = sbx_net_setup(m, &r, &p, NULL, err);
     if (rc == 0)
-        rc = storage_layer_clone(m->driver, layer, p.layer, err);
+        rc = storage_layer_clone(m->driver, layer, p.layer, sbx_spec_disk(snap.spec), err);
     if (rc == 0)
         rc = start_clone(m, &r, &p, snap.memory_preserved ? ckpt : NULL, err);
     if (rc < 0) {

@@ -236,6 +236,9 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
         sbx_close(m);
         return NULL;
     }
+    m->quota = storage_quota_detect(m->driver, m->sandboxes_dir);
+    log_info("storage.ready", "driver=%s disk_quotas=%s", storage_driver_name(m->driver),
+             storage_quota_name(m->quota));
     runtime_configure(&(struct runtime_config){cfg->runtime, m->runc_root, cfg->self_exe});
     if (pthread_create(&m->watcher, NULL, watcher, m) != 0) {
         err_sys(err, "start the exit watcher");

@@ -102,9 +102,9 @@ static int check_resources(const struct sbx_create_req *q, err_t *err)
     if (q->memory && (q->memory < (6u << 20) || q->memory > (1ull << 40)))
         return err_set(err, ERR_INVALID, 0, "invalid_field",
                        "field 'memory' must be between 6 MiB and 1 TiB");
-    if (q->disk)
-        return err_set(err, ERR_INVALID, 0, "unsupported",
-                       "disk quotas are not available on this daemon yet");
+    if (q->disk && (q->disk < (1u << 20) || q->disk > (1ull << 44)))
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "field 'disk' must be between 1 MiB and 16 TiB");
     return 0;
 }
 

@@ -29,6 +29,7 @@ struct sbx_mgr {
     char *criu_conf;     /* <state>/criu.conf: CRIU options, passed by runc */
     char *runc_root;
     enum storage_driver driver; /* how writable layers are made and cloned */
+    enum storage_quota quota;   /* how their size can be limited (disk) */
     pthread_mutex_t lock;       /* guards the live list */
     struct sbx_live *live;
     int epfd;    /* watches shims' pidfds */
@@ -104,3 +105,6 @@ void sbx_event(sbx_mgr_t *m, int64_t owner_id, const char *id, const char *type,
 void sbx_fault_point(const char *name);
 /* Record that the container of id ended (exit code from the shim) and release it. */
 void sbx_finish_exit(sbx_mgr_t *m, const char *id);
+
+/* The disk limit in a sandbox's spec (resources.disk), in bytes; 0: none. */
+uint64_t sbx_spec_disk(const json_t *spec);

@@ -120,8 +120,12 @@ int sbx_stats(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, 
     json_object_set_new(j, "id", json_string(r.id));
     json_object_set_new(j, "status", json_string(r.status));
     json_object_set_new(j, "timestamp", json_real(now_unix()));
-    json_object_set_new(j, "disk",
-                        strcmp(r.status, "terminated") == 0 ? json_null() : disk_json(m, r.id));
+    json_t *disk = strcmp(r.status, "terminated") == 0 ? json_null() : disk_json(m, r.id);
+    if (json_is_object(disk)) /* the limit set at create (disk), null if none */
+        json_object_set_new(disk, "limit_bytes",
+                            sbx_spec_disk(r.spec) ? json_integer((json_int_t)sbx_spec_disk(r.spec))
+                                                  : json_null());
+    json_object_set_new(j, "disk", disk);
     json_object_set_new(j, "network", live ? net_json(m, r.id) : json_null());
     store_sandbox_rec_clear(&r);
     *out = j;
