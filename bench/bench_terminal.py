@@ -370,42 +370,35 @@ def main():
             "POST", f"/sandboxes/{sid}/exec", json={"argv": ["ps"]}).json()["stdout"])
         sbx.delete(sid)
 
+        def cli_rows(tool, argv, ps_argv):
+            """Open and keystroke series for a CLI's terminal on one idling container."""
+            log(f"terminal open: {tool} x{args.n_open}")
+            results[("terminal open", tool)] = timed_loop(
+                f"{tool} open", args.n_open, 3, args.phase_timeout,
+                open_op(lambda: terms.start(argv), terms.close))
+            log(f"keystroke echo: {tool} x{n_key_cli}")
+            term = terms.start(argv)
+            try:
+                results[("keystroke echo", tool)] = key_series(
+                    f"{tool} keys", term, n_key_cli, args.phase_timeout)
+            finally:
+                terms.close(term)
+            name = tool.split()[0]
+            notes[f"cats_left_{name}"] = check_cats(name, lambda: run(
+                ps_argv, text=True).stdout)
+
         # ---- bare runc: one container idling in sleep
         cid, bundle = rc.prepare()
         rc.start(cid, bundle)
-        runc_argv = ["runc", "--root", rc.root, "exec", "-t", cid, "cat"]
-        log(f"terminal open: runc x{args.n_open}")
-        results[("terminal open", "runc exec -t")] = timed_loop(
-            "runc open", args.n_open, 3, args.phase_timeout,
-            open_op(lambda: terms.start(runc_argv), terms.close))
-        log(f"keystroke echo: runc x{n_key_cli}")
-        term = terms.start(runc_argv)
-        try:
-            results[("keystroke echo", "runc exec -t")] = key_series(
-                "runc keys", term, n_key_cli, args.phase_timeout)
-        finally:
-            terms.close(term)
-        notes["cats_left_runc"] = check_cats("runc", lambda: run(
-            ["runc", "--root", rc.root, "exec", cid, "ps"], text=True).stdout)
+        cli_rows("runc exec -t", ["runc", "--root", rc.root, "exec", "-t", cid, "cat"],
+                 ["runc", "--root", rc.root, "exec", cid, "ps"])
         rc.delete(cid)
 
         # ---- podman: one container idling in sleep
         if pm:
             name = pm.start()
-            podman_argv = ["podman", "exec", "-it", name, "cat"]
-            log(f"terminal open: podman x{args.n_open}")
-            results[("terminal open", "podman exec -it")] = timed_loop(
-                "podman open", args.n_open, 3, args.phase_timeout,
-                open_op(lambda: terms.start(podman_argv), terms.close))
-            log(f"keystroke echo: podman x{n_key_cli}")
-            term = terms.start(podman_argv)
-            try:
-                results[("keystroke echo", "podman exec -it")] = key_series(
-                    "podman keys", term, n_key_cli, args.phase_timeout)
-            finally:
-                terms.close(term)
-            notes["cats_left_podman"] = check_cats("podman", lambda: run(
-                ["podman", "exec", name, "ps"], text=True).stdout)
+            cli_rows("podman exec -it", ["podman", "exec", "-it", name, "cat"],
+                     ["podman", "exec", name, "ps"])
             pm.delete(name)
     except (Exception, KeyboardInterrupt, Interrupted) as e:
         failed = session.stopped(e, sbx)

@@ -25,6 +25,10 @@ enum route_flags {
     ROUTE_PUBLIC = 1 << 0, /* no token needed */
     ROUTE_ADMIN = 1 << 1,  /* only admins */
     ROUTE_PROXY = 1 << 2,  /* a token if one is sent; without, only public sandboxes answer */
+    /* A WebSocket route that also takes the token as the subprotocol bearer.<token>, for
+       browsers (they cannot set Authorization on a WebSocket). Never on the proxy, whose
+       headers reach the sandbox. */
+    ROUTE_WS_TOKEN = 1 << 3,
 };
 
 /* Streamed request bodies: begin runs once the headers are in, chunk per piece of body. */
@@ -145,8 +149,14 @@ bool api_stream_wait(struct api_stream *s, int ms);
 
 /* True if the request carries a Sandboxer token (Authorization: Bearer sbx_...). */
 bool api_has_token(const api_req_t *r);
-/* Authenticate the request's bearer token; fills r->user and r->token. */
+/*
+ * Authenticate the request's bearer token; fills r->user and r->token. On a ROUTE_WS_TOKEN
+ * route's upgrade without an Authorization header, the token may come as the
+ * Sec-WebSocket-Protocol entry bearer.<token> instead (same checks, same errors).
+ */
 int api_authenticate(api_req_t *r, err_t *err);
+/* True if the client offers the WebSocket subprotocol name (Sec-WebSocket-Protocol). */
+bool api_ws_protocol_offered(const api_req_t *r, const char *name);
 
 /* The embedded OpenAPI document. */
 extern const char api_openapi_json[];
@@ -200,6 +210,9 @@ int h_exec_pty(api_req_t *r, err_t *err);
 /* A terminal's text frame {"resize":{"cols":N,"rows":M}} (1-1000 each); false otherwise. */
 bool api_term_parse_resize(const uint8_t *p, size_t n, uint16_t *cols, uint16_t *rows);
 int h_attach(api_req_t *r, err_t *err);
+int h_web_root(api_req_t *r, err_t *err);
+int h_web_page(api_req_t *r, err_t *err);
+int h_web_asset(api_req_t *r, err_t *err);
 int h_proxy_begin(api_req_t *r, err_t *err);
 int h_proxy_chunk(api_req_t *r, const char *data, size_t len, err_t *err);
 int h_proxy(api_req_t *r, err_t *err);

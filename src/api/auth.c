@@ -1,10 +1,13 @@
-/* Bearer-token authentication. */
+/* Bearer-token authentication: the Authorization header, or a WebSocket subprotocol. */
 #include <ctype.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/types.h>
 
 #include "api_internal.h"
 #include "common/id.h"
+
+#define WS_BEARER_PREFIX "bearer."
 
 bool api_has_token(const api_req_t *r)
 {
@@ -12,21 +15,91 @@ bool api_has_token(const api_req_t *r)
     return h && strncasecmp(h, "Bearer sbx_", 11) == 0;
 }
 
-int api_authenticate(api_req_t *r, err_t *err)
+/*
+ * The next entry of a Sec-WebSocket-Protocol list ("a, b,c"): *s moves past it. Returns its
+ * length (0 for an empty entry) with *entry at its start, or -1 at the end of the list.
+ */
+static ssize_t next_protocol(const char **s, const char **entry)
 {
-    const char *h = api_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h)
+    const char *p = *s;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (!*p)
+        return -1;
+    size_t n = strcspn(p, ",");
+    *s = p[n] ? p + n + 1 : p + n;
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+        n--;
+    *entry = p;
+    return (ssize_t)n;
+}
+
+bool api_ws_protocol_offered(const api_req_t *r, const char *name)
+{
+    const char *h = api_header(r, "Sec-WebSocket-Protocol");
+    const char *e;
+    ssize_t n;
+    size_t want = strlen(name);
+    while (h && (n = next_protocol(&h, &e)) >= 0)
+        if ((size_t)n == want && memcmp(e, name, want) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The token of the subprotocol entry bearer.<token>, for browsers, which cannot set
+ * Authorization on a WebSocket. Only on routes that allow it and only on an upgrade.
+ */
+static int ws_protocol_token(const api_req_t *r, const char **tok, size_t *len, err_t *err)
+{
+    const char *h = api_header(r, "Sec-WebSocket-Protocol");
+    const char *up = api_header(r, MHD_HTTP_HEADER_UPGRADE);
+    const size_t plen = strlen(WS_BEARER_PREFIX);
+    const char *e;
+    ssize_t n;
+    *tok = NULL;
+    if (!(r->route->flags & ROUTE_WS_TOKEN) || !up || strcasecmp(up, "websocket") != 0)
+        h = NULL;
+    while (h && (n = next_protocol(&h, &e)) >= 0) {
+        if ((size_t)n < plen || strncmp(e, WS_BEARER_PREFIX, plen) != 0)
+            continue;
+        if (*tok)
+            return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
+                           "more than one bearer.<token> subprotocol");
+        *tok = e + plen;
+        *len = (size_t)n - plen;
+    }
+    if (!*tok)
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
                        "missing bearer token (Authorization: Bearer <token>)");
+    return 0;
+}
+
+/* The token of the Authorization header. */
+static int header_token(const char *h, const char **tok, size_t *len, err_t *err)
+{
     if (strncasecmp(h, "Bearer ", 7) != 0)
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
                        "the Authorization header must use the Bearer scheme");
-    const char *tok = h + 7;
-    while (*tok == ' ')
-        tok++;
-    size_t len = strlen(tok);
-    while (len && isspace((unsigned char)tok[len - 1]))
-        len--;
+    const char *t = h + 7;
+    while (*t == ' ')
+        t++;
+    size_t n = strlen(t);
+    while (n && isspace((unsigned char)t[n - 1]))
+        n--;
+    *tok = t;
+    *len = n;
+    return 0;
+}
+
+int api_authenticate(api_req_t *r, err_t *err)
+{
+    const char *h = api_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *tok = NULL;
+    size_t len = 0;
+    /* The header wins when present; the subprotocol is only the browsers' way round it. */
+    if ((h ? header_token(h, &tok, &len, err) : ws_protocol_token(r, &tok, &len, err)) < 0)
+        return -1;
     /* Malformed tokens fail without touching the store. */
     if (!token_well_formed(tok, len))
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid token");

@@ -322,6 +322,10 @@ static int reply_101(api_req_t *r, err_t *err)
         return err_set(err, ERR_INTERNAL, 0, "internal", "cannot upgrade the connection");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
     MHD_add_response_header(resp, "Sec-WebSocket-Accept", q->accept);
+    /* A browser offers "sandboxer, bearer.<token>" (auth.c): it must get one of them back,
+     * and never the one that holds the token. */
+    if (api_ws_protocol_offered(r, "sandboxer"))
+        MHD_add_response_header(resp, "Sec-WebSocket-Protocol", "sandboxer");
     if (r->resp)
         MHD_destroy_response(r->resp);
     r->resp = resp;

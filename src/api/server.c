@@ -283,9 +283,16 @@ static enum MHD_Result queue(api_req_t *r)
         /* A 405 must say which methods the path takes. */
         buf_t allow = {0};
         struct route_params p;
-        for (size_t i = 0; i < api_routes_count; i++)
-            if (route_pattern_match(api_routes[i].pattern, r->path, strlen(r->path), &p))
+        for (size_t i = 0; i < api_routes_count; i++) {
+            if (!route_pattern_match(api_routes[i].pattern, r->path, strlen(r->path), &p))
+                continue;
+            bool listed = false; /* two patterns may match with the same method */
+            for (size_t j = 0; j < i && !listed; j++)
+                listed = strcmp(api_routes[j].method, api_routes[i].method) == 0 &&
+                         route_pattern_match(api_routes[j].pattern, r->path, strlen(r->path), &p);
+            if (!listed)
                 buf_printf(&allow, "%s%s", allow.len ? ", " : "", api_routes[i].method);
+        }
         MHD_add_response_header(r->resp, MHD_HTTP_HEADER_ALLOW, allow.data ? allow.data : "");
         buf_free(&allow);
     }
