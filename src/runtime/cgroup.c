@@ -124,10 +124,16 @@ static int64_t v1_limit(int64_t v)
 
 void runtime_cgroup_stats(const char *id, struct cgroup_stats *st)
 {
+    runtime_cgroup_stats_at("/sys/fs/cgroup", runtime_cgroup_mode(), id, st);
+}
+
+void runtime_cgroup_stats_at(const char *root, enum cgroup_mode m, const char *id,
+                             struct cgroup_stats *st)
+{
     *st = (struct cgroup_stats){-1, -1, -1, -1, -1, -1};
-    char dir[256];
-    if (runtime_cgroup_mode() == CGROUP_V2) {
-        snprintf(dir, sizeof(dir), "/sys/fs/cgroup/sandboxer/%s", id);
+    char dir[400]; /* read_num and read_keyed add the file's name within 512 */
+    if (m == CGROUP_V2) {
+        snprintf(dir, sizeof(dir), "%s/sandboxer/%s", root, id);
         int64_t usec = read_keyed(dir, "cpu.stat", "usage_usec");
         st->cpu_ns = usec >= 0 ? usec * 1000 : -1;
         st->memory = read_num(dir, "memory.current");
@@ -137,13 +143,13 @@ void runtime_cgroup_stats(const char *id, struct cgroup_stats *st)
         st->pids_limit = read_num(dir, "pids.max");
         return;
     }
-    snprintf(dir, sizeof(dir), "/sys/fs/cgroup/cpuacct/sandboxer/%s", id);
+    snprintf(dir, sizeof(dir), "%s/cpuacct/sandboxer/%s", root, id);
     st->cpu_ns = read_num(dir, "cpuacct.usage");
-    snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory/sandboxer/%s", id);
+    snprintf(dir, sizeof(dir), "%s/memory/sandboxer/%s", root, id);
     st->memory = read_num(dir, "memory.usage_in_bytes");
     st->memory_limit = v1_limit(read_num(dir, "memory.limit_in_bytes"));
     st->memory_peak = read_num(dir, "memory.max_usage_in_bytes");
-    snprintf(dir, sizeof(dir), "/sys/fs/cgroup/pids/sandboxer/%s", id);
+    snprintf(dir, sizeof(dir), "%s/pids/sandboxer/%s", root, id);
     st->pids = read_num(dir, "pids.current");
     st->pids_limit = read_num(dir, "pids.max");
 }

@@ -35,6 +35,9 @@ struct cgroup_stats {
 
 /* Read the cgroup of container id (v1 or v2 as detected). */
 void runtime_cgroup_stats(const char *id, struct cgroup_stats *st);
+/* The same under root (normally /sys/fs/cgroup) for hierarchy mode m; for the tests. */
+void runtime_cgroup_stats_at(const char *root, enum cgroup_mode m, const char *id,
+                             struct cgroup_stats *st);
 
 /* What the generated OCI spec needs to know about one sandbox. */
 struct spec_opts {
