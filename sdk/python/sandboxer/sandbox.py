@@ -605,9 +605,9 @@ class Sandbox(SandboxBase):
 
     def stats(self) -> Dict[str, Any]:
         """What it uses now: ``{cpu: {usage_seconds, limit_cpus}, memory: {usage_bytes,
-        limit_bytes, peak_bytes}, pids: {current, limit}, disk: {used_bytes, partial},
-        network: {rx_bytes, tx_bytes}}``; a hibernated sandbox is not woken (then only
-        ``disk`` is known)."""
+        limit_bytes, peak_bytes}, pids: {current, limit}, disk: {used_bytes, partial,
+        limit_bytes}, network: {rx_bytes, tx_bytes}}``; a hibernated sandbox is not woken
+        (then only ``disk`` is known)."""
         return self.client._call(B.op_stats(self.id))  # type: ignore[no-any-return]
 
     def tree(self, dead_prefix: str = "") -> Tree:
