@@ -25,6 +25,7 @@
 #include "config.h"
 #include "image/image.h"
 #include "net/net.h"
+#include "proxy/egress.h"
 #include "runtime/runtime.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
@@ -58,6 +59,7 @@ struct serve_opts {
     const char *default_network;
     const char *vhost;
     const char *cgroup_favordynmods;
+    uint64_t egress_proxy_port;
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT, OPT_SECS /* 0 allowed: never */ };
@@ -132,6 +134,9 @@ static const struct opt_def {
      "egress of a sandbox that does not ask: none (no traffic out) or open (NAT)"},
     {"vhost", "SANDBOXER_VHOST", "", OPT_STR, offsetof(struct serve_opts, vhost),
      "domain whose subdomains <name>[-<port>].<vhost> reach sandboxes (see caddy-config)"},
+    {"egress-proxy-port", "SANDBOXER_EGRESS_PROXY_PORT", "3128", OPT_UINT,
+     offsetof(struct serve_opts, egress_proxy_port),
+     "TCP port of the egress proxy on the bridge's gateway address (0: none; no network proxy)"},
     {"cgroup-favordynmods", "SANDBOXER_CGROUP_FAVORDYNMODS", "on", OPT_STR,
      offsetof(struct serve_opts, cgroup_favordynmods),
      "on: turn on the host's cgroup2 favordynmods (fast cgroup moves; see README) or off"},
@@ -297,6 +302,7 @@ struct daemon {
     image_store_t *images;
     sbx_mgr_t *sbx;
     net_t *net;
+    egress_t *egress;
     api_t *api;
     char self[4096];
     char *agent;
@@ -306,6 +312,7 @@ struct daemon {
 
 static void daemon_close(struct daemon *d, bool free_shared)
 {
+    egress_stop(d->egress); /* asks sbx no more once this returns */
     if (free_shared) {
         sbx_close(d->sbx);
         net_close(d->net);
@@ -317,6 +324,12 @@ static void daemon_close(struct daemon *d, bool free_shared)
     free(d->insecure_v);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
+}
+
+/* The egress proxy asks the sandbox layer what a client address may reach. */
+static json_t *egress_policy(void *ctx, const char *client_ip)
+{
+    return sbx_egress_allow(ctx, client_ip);
 }
 
 /* Worth having, never worth failing the start for: an older kernel lacks the option. */
@@ -361,7 +374,10 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
     if (strcmp(o->cgroup_favordynmods, "on") == 0)
         favor_dynmods();
     _cleanup_free_ char *netns_dir = xasprintf("%s/netns", o->state_dir);
-    struct net_config nc = {o->subnet, o->bridge, netns_dir, o->nft_table};
+    if (o->egress_proxy_port > 65535)
+        return err_set(err, ERR_INVALID, 0, "invalid_option", "--egress-proxy-port: 0 to 65535");
+    struct net_config nc = {o->subnet, o->bridge, netns_dir, o->nft_table,
+                            (int)o->egress_proxy_port};
     if (!(d->net = net_open(&nc, err)))
         return -1;
     struct sbx_config sc = {
@@ -379,9 +395,17 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .exec_output_max = o->exec_output_max,
         .max_execs = (unsigned)o->max_execs,
         .idle_timeout_s = (unsigned)o->idle_timeout,
+        .egress_proxy_port = (int)o->egress_proxy_port,
     };
     if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0)
         return -1;
+    if (o->egress_proxy_port > 0) {
+        char gw[16];
+        net_gateway(d->net, gw);
+        struct egress_config ec = {gw, (int)o->egress_proxy_port, egress_policy, d->sbx};
+        if (!(d->egress = egress_start(&ec, err)))
+            return -1;
+    }
     return 0;
 }
 

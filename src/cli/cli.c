@@ -47,9 +47,14 @@ static const struct cli_verb verbs[] = {
                 "  --disk SIZE      the most its files may take, e.g. 2G (needs a daemon\n"
                 "                   whose state dir is on btrfs or has project quotas)\n"
                 "  --public         let its proxied ports be reached without a token\n"
-                "  --port N         a port of the sandbox to proxy (repeatable)\n",
-        .opts =
-            "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,disk=,public,port=,snapshot=",
+                "  --port N         a port of the sandbox to proxy (repeatable)\n"
+                "  --network MODE   its way out: none, open (NAT), or proxy (only the\n"
+                "                   --allow hosts, through the daemon's egress proxy);\n"
+                "                   default: the daemon's --default-network\n"
+                "  --allow HOST     with --network proxy: a host it may reach, *.DOMAIN for\n"
+                "                   its subdomains, or an IPv4 address (repeatable)\n",
+        .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,disk=,public,port=,"
+                "snapshot=,network=,allow=",
         .min_args = 0,
         .fixed_args = 1, /* IMAGE, when given, does not end the options */
         .max_args = -1,

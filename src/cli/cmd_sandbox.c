@@ -142,6 +142,31 @@ static int put_ports(json_t *body, const cli_args_t *args, err_t *err)
     return 0;
 }
 
+/* --network MODE and, for "proxy", each --allow HOST into egress_allow (the daemon checks
+ * the names). */
+static int put_network(json_t *body, const cli_args_t *args, err_t *err)
+{
+    const char *net = cli_opt_str(args, "network");
+    if (net && strcmp(net, "none") != 0 && strcmp(net, "open") != 0 && strcmp(net, "proxy") != 0)
+        return cli_usage(err, "create: --network is none, open or proxy, not '%s'", net);
+    if (net)
+        json_object_set_new(body, "network", json_string(net));
+    const char *v;
+    json_t *allow = NULL;
+    for (int i = 0; (v = cli_opt_nth(args, "allow", i)); i++) {
+        if (!allow)
+            allow = json_array();
+        json_array_append_new(allow, json_string(v));
+    }
+    if (allow && (!net || strcmp(net, "proxy") != 0)) {
+        json_decref(allow);
+        return cli_usage(err, "create: --allow goes with --network proxy");
+    }
+    if (allow)
+        json_object_set_new(body, "egress_allow", allow);
+    return 0;
+}
+
 /* The words after IMAGE (after "--" or not) as the main process's args. */
 static int put_args(json_t *body, const cli_args_t *args, err_t *err)
 {
@@ -160,8 +185,8 @@ static void put_flags(json_t *body, const cli_args_t *args)
 
 /* Options that shape a sandbox made from an image; one made from a snapshot takes its
  * process, environment and limits from the snapshot, so they would be silently ignored. */
-static const char *const image_only_opts[] = {"interactive", "env",  "cpus",   "memory",
-                                              "pids",        "disk", "public", "port"};
+static const char *const image_only_opts[] = {"interactive", "env",    "cpus", "memory",  "pids",
+                                              "disk",        "public", "port", "network", "allow"};
 
 /* --snapshot NAME: {"snapshot", "label"?, "hostname"?}. */
 static int snapshot_body(const cli_args_t *args, const char *snapshot, json_t *body, err_t *err)
@@ -205,7 +230,7 @@ static int create_body(const cli_args_t *args, json_t *body, err_t *err)
         put_size(body, "memory", cli_opt_str(args, "memory"), err) < 0 ||
         put_size(body, "disk", cli_opt_str(args, "disk"), err) < 0 ||
         put_pids(body, cli_opt_str(args, "pids"), err) < 0 || put_ports(body, args, err) < 0 ||
-        put_args(body, args, err) < 0)
+        put_network(body, args, err) < 0 || put_args(body, args, err) < 0)
         return -1;
     put_flags(body, args);
     return 0;

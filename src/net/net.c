@@ -21,6 +21,7 @@
 struct net {
     char *bridge, *netns_dir, *table;
     struct net_subnet sn;
+    int host_port;        /* the one TCP port on the gateway sandboxes may reach (0: none) */
     pthread_mutex_t lock; /* guards pool, and keeps it in step with the table's elements */
     struct net_pool pool;
 };
@@ -134,6 +135,14 @@ static int load_table(net_t *n, err_t *err)
     _cleanup_free_ char *script = net_nft_ruleset(&rc);
     if (net_nft_run(script, NULL, err) < 0)
         return err_prefix(err, "load nft table inet %s", n->table);
+    /* The set is kept across reloads: it holds exactly this daemon's port (the egress proxy). */
+    _cleanup_free_ char *ports = n->host_port > 0
+                                     ? xasprintf("flush set inet %s host_ports\n"
+                                                 "add element inet %s host_ports { %d }\n",
+                                                 n->table, n->table, n->host_port)
+                                     : xasprintf("flush set inet %s host_ports\n", n->table);
+    if (net_nft_run(ports, NULL, err) < 0)
+        return err_prefix(err, "set the host ports of nft table inet %s", n->table);
     if (net_nft_load(n->table, &n->pool, err) < 0)
         return -1;
     for (size_t i = 0; i < n->pool.n; i++)
@@ -173,6 +182,7 @@ net_t *net_open(const struct net_config *cfg, err_t *err)
     n->netns_dir = xstrdup(c.netns_dir);
     n->table = xstrdup(c.table);
     n->sn = sn;
+    n->host_port = c.host_port > 0 && c.host_port < 65536 ? c.host_port : 0;
     pthread_mutex_init(&n->lock, NULL);
     net_pool_init(&n->pool, &sn);
     struct net_rtnl r = {.fd = -1};
@@ -186,6 +196,11 @@ net_t *net_open(const struct net_config *cfg, err_t *err)
     log_info("net.open", "bridge=%s subnet=%s table=%s sandboxes=%zu", n->bridge, c.subnet,
              n->table, n->pool.n);
     return n;
+}
+
+void net_gateway(const net_t *n, char out[16])
+{
+    net_ip_format(net_subnet_gateway(&n->sn), out);
 }
 
 void net_close(net_t *n)

@@ -22,6 +22,7 @@ struct net_config {
     const char *bridge;    /* bridge device: "sbx0" */
     const char *netns_dir; /* where named netns files are bind-mounted: required, <state>/netns */
     const char *table;     /* nftables table in family inet: "sandboxer" */
+    int host_port;         /* a TCP port on the gateway every sandbox may reach (0: none) */
 };
 
 /* What net_sandbox_setup made: join netns_path, the sandbox answers at ip. */
@@ -37,6 +38,9 @@ struct net_sandbox {
 
 /* Open the layer: make the bridge and (re)load the nft table's chains idempotently. */
 net_t *net_open(const struct net_config *cfg, err_t *err);
+
+/* The gateway's address (the bridge's), "10.88.0.1". */
+void net_gateway(const net_t *n, char out[16]);
 
 /* Free memory only: bridge, table, veths and netns files stay (sandboxes outlive the daemon). */
 void net_close(net_t *n);

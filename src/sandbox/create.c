@@ -21,7 +21,10 @@
 #define START_TIMEOUT_MS 20000
 
 /* Image Env, then the request's env over it, as "K=V" strings. */
-static json_t *merged_env(const json_t *img_cfg, json_t *env, const char *hostname)
+/* The image's environment, PATH and HOSTNAME, the proxy variables for a sandbox whose
+ * network is "proxy" (when proxy_of is its manager), then the request's env on top. */
+static json_t *merged_env(const json_t *img_cfg, json_t *env, const char *hostname,
+                          const sbx_mgr_t *proxy_of)
 {
     json_t *map = json_object();
     json_t *v;
@@ -41,6 +44,16 @@ static json_t *merged_env(const json_t *img_cfg, json_t *env, const char *hostna
                             json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
                                         "/sbin:/bin"));
     json_object_set_new(map, "HOSTNAME", json_string(hostname));
+    if (proxy_of) {
+        char gw[16];
+        net_gateway(proxy_of->cfg.net, gw);
+        _cleanup_free_ char *url = xasprintf("http://%s:%d", gw, proxy_of->cfg.egress_proxy_port);
+        const char *names[] = {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"};
+        for (size_t k = 0; k < ARRAY_SIZE(names); k++)
+            json_object_set_new(map, names[k], json_string(url));
+        json_object_set_new(map, "no_proxy", json_string("localhost,127.0.0.1"));
+        json_object_set_new(map, "NO_PROXY", json_string("localhost,127.0.0.1"));
+    }
     if (env)
         json_object_update(map, env);
     json_t *out = json_array();
@@ -117,6 +130,8 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                   q->network ? q->network : m->cfg.default_network, "ports", q->ports,
                   "idle_timeout", (json_int_t)q->idle_timeout); /* -1: the daemon's default */
     json_object_set_new(spec, "interactive", json_boolean(q->interactive == 1));
+    if (q->egress_allow) /* the hosts the egress proxy lets it reach */
+        json_object_set(spec, "egress_allow", q->egress_allow);
     /* The agent version it binds: forks and restores keep binding the same file. */
     json_object_set_new(spec, "agent_dir", json_string(m->agent_dir));
     /* The lower dirs it mounts: image GC keeps them while the sandbox exists. */
@@ -152,6 +167,10 @@ int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *
                   err_t *err)
 {
     const char *egress = json_string_value(json_object_get(r->spec, "network"));
+    /* "proxy": no way out but the egress proxy on the gateway, which every sandbox may reach
+     * (it answers only those whose network is "proxy"): for the rules, that is "none". */
+    if (egress && strcmp(egress, "proxy") == 0)
+        egress = "none";
     struct net_sandbox ns;
     if (net_sandbox_setup(m->cfg.net, r->id, r->owner_id, egress ? egress : "none",
                           ip && *ip ? ip : NULL, &ns, err) < 0 ||
@@ -280,6 +299,11 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
 {
     if (q->snapshot)
         return sbx_snapshot_start(m, owner, q->snapshot, q->label, q->hostname, out, err);
+    bool proxy = q->network && strcmp(q->network, "proxy") == 0;
+    if (proxy && m->cfg.egress_proxy_port <= 0)
+        return err_set(err, ERR_INVALID, 0, "unsupported",
+                       "network \"proxy\" needs the daemon's egress proxy, which this daemon "
+                       "runs without (--egress-proxy-port 0)");
     if (q->disk && m->quota == STORAGE_QUOTA_NONE)
         return err_set(err, ERR_INVALID, 0, "unsupported",
                        "disk limits need the daemon's state dir on btrfs, or on a filesystem "
@@ -292,7 +316,7 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
         return -1;
     sandbox_rec_t r;
     fill_record(&r, owner, q, img->ref);
-    json_t *env = merged_env(img->config, q->env, r.hostname);
+    json_t *env = merged_env(img->config, q->env, r.hostname, proxy ? m : NULL);
     json_t *argv = main_argv(img->config, q->args);
     r.spec = make_spec(q, m, img, env, argv);
     json_decref(env);

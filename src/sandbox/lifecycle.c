@@ -67,7 +67,25 @@ json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r)
     json_object_set_new(j, "interactive", json_boolean(r->interactive));
     json_object_set_new(j, "url", json_null()); /* set once the inbound proxy exists */
     json_object_set_new(j, "resources", res ? json_deep_copy(res) : json_object());
+    json_t *net = json_object_get(r->spec, "network");
+    json_object_set_new(j, "network", net ? json_deep_copy(net) : json_null());
+    json_t *allow = json_object_get(r->spec, "egress_allow");
+    json_object_set_new(j, "egress_allow", allow ? json_deep_copy(allow) : json_null());
     return j;
+}
+
+json_t *sbx_egress_allow(sbx_mgr_t *m, const char *ip)
+{
+    sandbox_rec_t r;
+    if (store_sandbox_get_by_ip(m->store, ip, &r, NULL) < 0)
+        return NULL;
+    json_t *out = NULL;
+    const char *net = json_string_value(json_object_get(r.spec, "network"));
+    json_t *allow = json_object_get(r.spec, "egress_allow");
+    if (net && strcmp(net, "proxy") == 0 && json_is_array(allow))
+        out = json_deep_copy(allow);
+    store_sandbox_rec_clear(&r);
+    return out;
 }
 
 int sbx_get(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err)

@@ -4,6 +4,7 @@
 
 #include "common/cleanup.h"
 #include "common/jsonx.h"
+#include "proxy/egress.h"
 #include "sandbox_internal.h"
 
 static const struct jfield create_fields[] = {
@@ -19,6 +20,7 @@ static const struct jfield create_fields[] = {
     {"pids", JF_INT, false, offsetof(struct sbx_create_req, pids), 0, 16, 1 << 22},
     {"disk", JF_SIZE, false, offsetof(struct sbx_create_req, disk), 0, 0, 0},
     {"network", JF_STRING, false, offsetof(struct sbx_create_req, network), 16, 0, 0},
+    {"egress_allow", JF_ARRAY, false, offsetof(struct sbx_create_req, egress_allow), 0, 0, 0},
     {"ports", JF_ARRAY, false, offsetof(struct sbx_create_req, ports), 0, 0, 0},
     {"public", JF_BOOL, false, offsetof(struct sbx_create_req, is_public), 0, 0, 0},
     {"runtime", JF_STRING, false, offsetof(struct sbx_create_req, runtime), 16, 0, 0},
@@ -95,6 +97,36 @@ static int check_ports(json_t *ports, err_t *err)
     return 0;
 }
 
+#define MAX_EGRESS_ALLOW 64
+
+/* network "proxy" needs the hosts it may reach; no other network takes a list. */
+static int check_egress_allow(const struct sbx_create_req *q, err_t *err)
+{
+    bool proxy = q->network && strcmp(q->network, "proxy") == 0;
+    if (!proxy && q->egress_allow)
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "field 'egress_allow' goes with \"network\": \"proxy\" only");
+    if (!proxy)
+        return 0;
+    size_t n = json_array_size(q->egress_allow);
+    if (n == 0 || n > MAX_EGRESS_ALLOW)
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "network \"proxy\" needs 'egress_allow': 1-%d host names, *.domains or "
+                       "IPv4 addresses",
+                       MAX_EGRESS_ALLOW);
+    size_t i;
+    json_t *v;
+    json_array_foreach(q->egress_allow, i, v)
+    {
+        if (!json_is_string(v) || !egress_pattern_valid(json_string_value(v)))
+            return err_set(err, ERR_INVALID, 0, "invalid_field",
+                           "egress_allow[%zu] must be a lowercase host name, *. and a domain, "
+                           "or an IPv4 address",
+                           i);
+    }
+    return 0;
+}
+
 static int check_resources(const struct sbx_create_req *q, err_t *err)
 {
     if (q->cpus != -1 && (q->cpus < 0.01 || q->cpus > 256))
@@ -125,9 +157,12 @@ int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)
         (q->args && sbx_check_argv(q->args, "args", false, err) < 0) ||
         (q->ports && check_ports(q->ports, err) < 0) || check_resources(q, err) < 0)
         return -1;
-    if (q->network && strcmp(q->network, "none") != 0 && strcmp(q->network, "open") != 0)
+    if (q->network && strcmp(q->network, "none") != 0 && strcmp(q->network, "open") != 0 &&
+        strcmp(q->network, "proxy") != 0)
         return err_set(err, ERR_INVALID, 0, "invalid_field",
-                       "field 'network' must be \"none\" or \"open\"");
+                       "field 'network' must be \"none\", \"open\" or \"proxy\"");
+    if (check_egress_allow(q, err) < 0)
+        return -1;
     if (q->runtime && strcmp(q->runtime, "runc") != 0)
         return err_set(err, ERR_INVALID, 0, "unsupported",
                        "runtime '%s' is not available on this daemon (use \"runc\")", q->runtime);

@@ -31,6 +31,7 @@ struct sbx_config {
     unsigned max_execs;       /* concurrent execs per sandbox */
     unsigned idle_timeout_s;  /* hibernate a sandbox idle this long (0: never), unless its own
                                  idle_timeout says otherwise */
+    int egress_proxy_port;    /* the egress proxy's port on the gateway (0: none runs) */
 };
 
 /* Open the manager: prepares dirs, installs the agent, starts the exit watcher. */
@@ -38,6 +39,9 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
                     err_t *err);
 /* Stop watching; running sandboxes are left running. */
 void sbx_close(sbx_mgr_t *m);
+/* The allow list of the sandbox at ip if its network is "proxy" (the caller decrefs), else
+ * NULL: the egress proxy's policy. */
+json_t *sbx_egress_allow(sbx_mgr_t *m, const char *ip);
 /* Bring the store and reality together after a (re)start. */
 int sbx_reconcile(sbx_mgr_t *m, err_t *err);
 
@@ -54,6 +58,7 @@ struct sbx_create_req {
     int64_t pids;    /* < 0 absent */
     uint64_t disk;   /* 0 absent */
     const char *network;
+    json_t *egress_allow; /* with network "proxy": the hosts it may reach */
     json_t *ports;
     int is_public; /* -1 absent */
     const char *runtime;

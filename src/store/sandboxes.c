@@ -132,6 +132,27 @@ int store_sandbox_get(store_t *s, int64_t owner_id, const char *key, sandbox_rec
     return 0;
 }
 
+int store_sandbox_get_by_ip(store_t *s, const char *ip, sandbox_rec_t *out, err_t *err)
+{
+    STORE_LOCK(s);
+    sqlite3_stmt *st _cleanup_stmt_ = NULL;
+    /* An address belongs to one sandbox that is not terminated (the pool hands it out again
+     * only after a delete). */
+    if (store_prepare(s,
+                      "SELECT " SBX_COLS " FROM sandboxes WHERE ip_address = ?1 AND "
+                      "status <> 'terminated' ORDER BY created_at DESC LIMIT 1",
+                      &st, err) < 0)
+        return -1;
+    sqlite3_bind_text(st, 1, ip, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        return err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no sandbox at %s", ip);
+    if (rc != SQLITE_ROW)
+        return store_fail(s, "get sandbox by address", err);
+    read_rec(st, out);
+    return 0;
+}
+
 static int list_query(store_t *s, const char *sql, int64_t owner_id, sandbox_rec_t **out, size_t *n,
                       err_t *err)
 {

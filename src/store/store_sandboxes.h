@@ -42,6 +42,8 @@ int store_sandbox_get(store_t *s, int64_t owner_id, const char *key, sandbox_rec
 int store_sandbox_list(store_t *s, int64_t owner_id, sandbox_rec_t **out, size_t *n, err_t *err);
 /* Rows not yet terminated (for reconcile on start). */
 int store_sandbox_list_live(store_t *s, sandbox_rec_t **out, size_t *n, err_t *err);
+/* The sandbox (not terminated) whose address is ip. */
+int store_sandbox_get_by_ip(store_t *s, const char *ip, sandbox_rec_t *out, err_t *err);
 /* Running sandboxes the idle reaper may hibernate: all of them when any_timeout (a
  * daemon-wide idle timeout is set), else those whose spec sets an idle_timeout > 0. */
 int store_sandbox_list_reapable(store_t *s, bool any_timeout, sandbox_rec_t **out, size_t *n,

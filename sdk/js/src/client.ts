@@ -115,6 +115,7 @@ const CREATE_FIELDS: Record<string, string> = {
   pids: "pids",
   disk: "disk",
   network: "network",
+  egressAllow: "egress_allow",
   ports: "ports",
   public: "public",
   runtime: "runtime",

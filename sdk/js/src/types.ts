@@ -69,8 +69,11 @@ export interface CreateOptions extends RequestOptions {
   memory?: number | string;
   pids?: number;
   disk?: number | string;
-  /** Egress: "none" (only the owner's sandboxes) or "open" (NAT). */
-  network?: "none" | "open" | (string & {});
+  /** Egress: "none" (only the owner's sandboxes), "open" (NAT) or "proxy" (only the hosts of
+   * `egressAllow`, through the daemon's egress proxy). */
+  network?: "none" | "open" | "proxy" | (string & {});
+  /** With network "proxy": host names, `*.domain` (its subdomains) or IPv4 addresses. */
+  egressAllow?: string[];
   /** The sandbox's HTTP ports for the proxy. */
   ports?: number[];
   /** Whether the proxy serves this sandbox without a token. */

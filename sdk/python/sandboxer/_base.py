@@ -239,7 +239,7 @@ def create_body(image: Optional[str], label: Optional[str], interactive: Optiona
             continue
         if k == "args" and isinstance(v, str):
             raise TypeError("args is a list of strings (the main process's argv)")
-        if k in ("args", "ports"):
+        if k in ("args", "ports", "egress_allow"):
             v = list(v)
         if k == "env":
             v = {str(a): str(b) for a, b in dict(v).items()}

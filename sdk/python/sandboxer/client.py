@@ -54,11 +54,12 @@ def _create_body(image: Optional[str], label: Optional[str], interactive: Option
                  pids: Optional[int], disk: Union[int, str, None], network: Optional[str],
                  ports: Optional[Sequence[int]], public: Optional[bool],
                  runtime: Optional[str], idle_timeout: Optional[int],
-                 snapshot: Optional[str], extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+                 snapshot: Optional[str], extra: Optional[Mapping[str, Any]],
+                 egress_allow: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     body = B.create_body(image, label, interactive, env=env, args=args, hostname=hostname,
                          cpus=cpus, memory=memory, pids=pids, disk=disk, network=network,
-                         ports=ports, public=public, runtime=runtime,
-                         idle_timeout=idle_timeout, snapshot=snapshot)
+                         egress_allow=egress_allow, ports=ports, public=public,
+                         runtime=runtime, idle_timeout=idle_timeout, snapshot=snapshot)
     if extra:
         body.update(extra)
     return body
@@ -174,13 +175,15 @@ class _AsyncClientOps(_ClientBase[SB]):
                network: Optional[str] = None, ports: Optional[Sequence[int]] = None,
                public: Optional[bool] = None, runtime: Optional[str] = None,
                idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
+               egress_allow: Optional[Sequence[str]] = None,
                extra: Optional[Mapping[str, Any]] = None,
                timeout: Optional[float] = B.CREATE_TIMEOUT) -> CreateCall[SB]:
         """Create a sandbox; options as for :meth:`Sandboxer.create`. Await the result
         (``sb = await client.acreate(...)``, ``sb = await aclient.create(...)``) or use it
         with ``async with`` to have the sandbox deleted at the end of the block."""
         body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
-                            disk, network, ports, public, runtime, idle_timeout, snapshot, extra)
+                            disk, network, ports, public, runtime, idle_timeout, snapshot, extra,
+                            egress_allow)
 
         async def make() -> SB:
             return self._wrap(await self._acall(B.op_create(body, timeout)))
@@ -375,6 +378,7 @@ class Sandboxer(_ClientBase[Sandbox]):
                network: Optional[str] = None, ports: Optional[Sequence[int]] = None,
                public: Optional[bool] = None, runtime: Optional[str] = None,
                idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
+               egress_allow: Optional[Sequence[str]] = None,
                extra: Optional[Mapping[str, Any]] = None,
                timeout: Optional[float] = B.CREATE_TIMEOUT) -> Sandbox:
         """Create a sandbox from ``image`` (or from ``snapshot``, a snapshot's name) and
@@ -384,12 +388,14 @@ class Sandboxer(_ClientBase[Sandbox]):
         sandbox idles, ready for exec). ``interactive``: the main process gets a console
         (see ``attach()``). ``env``, ``hostname``; limits ``cpus`` (e.g. 0.5), ``memory``
         (bytes or "512M"), ``pids``, ``disk``; ``network``: "none" (only your own
-        sandboxes) or "open" (NAT out); ``ports``: the HTTP ports the proxy reaches;
+        sandboxes), "open" (NAT out) or "proxy" (only the hosts of ``egress_allow``, through
+        the daemon's egress proxy); ``ports``: the HTTP ports the proxy reaches;
         ``public``: the proxy serves without a token; ``runtime``: "runc";
         ``idle_timeout``: seconds idle before it hibernates. ``extra``: more JSON fields.
         """
         body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
-                            disk, network, ports, public, runtime, idle_timeout, snapshot, extra)
+                            disk, network, ports, public, runtime, idle_timeout, snapshot, extra,
+                            egress_allow)
         return self._wrap(self._call(B.op_create(body, timeout)))
 
     def from_snapshot(self, snapshot: str, label: Optional[str] = None,

@@ -1,0 +1,40 @@
+/*
+ * The egress proxy: sandboxes with network "proxy" reach the outside only through it, and only
+ * the hosts on their allow list. It listens on the bridge's gateway address; a client is known
+ * by its source address (the nftables rules bind each address to its sandbox's veth). It
+ * speaks HTTP CONNECT (any TCP, e.g. HTTPS, tunnelled) and absolute-form plain HTTP requests.
+ */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* The allow list of the sandbox at client_ip (a JSON array of patterns, the caller's to
+ * decref), or NULL when that sandbox does not go out through the proxy. */
+typedef json_t *(*egress_policy_fn)(void *ctx, const char *client_ip);
+
+struct egress_config {
+    const char *listen_ip; /* the gateway */
+    int port;
+    egress_policy_fn policy;
+    void *ctx;
+};
+
+typedef struct egress egress_t;
+
+/* Listen and serve on a thread of its own. */
+egress_t *egress_start(const struct egress_config *cfg, err_t *err);
+/* Stop accepting; connections in flight end on their own (bounded by timeouts). */
+void egress_stop(egress_t *e);
+
+/* A valid allow-list pattern: a host name ("pypi.org"), "*." and a domain (its subdomains),
+ * or an IPv4 address; lowercase, at most 253 characters. */
+bool egress_pattern_valid(const char *p);
+/* Does host (a name or an IPv4 address, any case) match one of allow's patterns? */
+bool egress_host_allowed(const json_t *allow, const char *host);
+/* May the proxy connect to this IPv4 address (network byte order)? Not to the host, the
+ * sandboxes' or any private, loopback, link-local, shared, multicast or reserved range. */
+bool egress_address_public(uint32_t addr);

@@ -1,0 +1,50 @@
+/* The egress proxy's rules: allow-list patterns, host matching, addresses out of bounds. */
+#include <arpa/inet.h>
+
+#include "proxy/egress.h"
+#include "tap.h"
+
+static uint32_t a4(const char *s)
+{
+    struct in_addr a;
+    inet_pton(AF_INET, s, &a);
+    return a.s_addr;
+}
+
+int main(void)
+{
+    const char *good[] = {"pypi.org", "*.pythonhosted.org", "a-b.example.com", "198.18.0.2",
+                          "localhost"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++)
+        ok(egress_pattern_valid(good[i]), "valid pattern %s", good[i]);
+    const char *bad[] = {"",          "*.",        "PyPI.org",  "http://pypi.org", "pypi.org/",
+                         "a..b",      ".pypi.org", "*pypi.org", "pypi.org:443",    "*.*.org",
+                         "user@host", "a b",       "-a.org"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
+        ok(!egress_pattern_valid(bad[i]), "invalid pattern '%s'", bad[i]);
+
+    json_t *allow = json_pack("[s,s,s]", "pypi.org", "*.pythonhosted.org", "198.18.0.2");
+    ok(egress_host_allowed(allow, "pypi.org"), "exact name");
+    ok(egress_host_allowed(allow, "PyPI.ORG"), "names match in any case");
+    ok(egress_host_allowed(allow, "pypi.org."), "a trailing dot is the same name");
+    ok(!egress_host_allowed(allow, "evilpypi.org"), "not a suffix of another name");
+    ok(!egress_host_allowed(allow, "pypi.org.evil.com"), "not a prefix either");
+    ok(egress_host_allowed(allow, "files.pythonhosted.org"), "*.domain: a subdomain");
+    ok(egress_host_allowed(allow, "a.b.pythonhosted.org"), "*.domain: a deeper subdomain");
+    ok(!egress_host_allowed(allow, "pythonhosted.org"), "*.domain: not the domain itself");
+    ok(!egress_host_allowed(allow, "xpythonhosted.org"), "*.domain: not a longer name");
+    ok(egress_host_allowed(allow, "198.18.0.2"), "an address");
+    ok(!egress_host_allowed(allow, "198.18.0.20"), "not another address");
+    ok(!egress_host_allowed(allow, ""), "not the empty host");
+    json_decref(allow);
+
+    const char *closed[] = {"0.1.2.3",     "10.88.0.1",   "100.64.0.1",    "127.0.0.1",
+                            "169.254.169.254", "172.16.0.1", "172.31.255.255", "192.168.1.1",
+                            "224.0.0.1",   "255.255.255.255"};
+    for (size_t i = 0; i < sizeof(closed) / sizeof(*closed); i++)
+        ok(!egress_address_public(a4(closed[i])), "%s is closed", closed[i]);
+    const char *open_[] = {"1.1.1.1", "198.18.1.2", "172.32.0.1", "100.128.0.1", "8.8.8.8"};
+    for (size_t i = 0; i < sizeof(open_) / sizeof(*open_); i++)
+        ok(egress_address_public(a4(open_[i])), "%s is open", open_[i]);
+    return tap_done();
+}
