@@ -244,8 +244,9 @@ static void relay(int a, int b)
 /* Headers a proxy must not pass on (RFC 9110, 7.6.1), and the client's own connection. */
 static bool hop_by_hop(const char *line, size_t n)
 {
-    static const char *const names[] = {"connection:", "proxy-connection:", "keep-alive:",
-                                        "proxy-authorization:", "te:", "upgrade:"};
+    static const char *const names[] = {
+        "connection:", "proxy-connection:", "keep-alive:", "proxy-authorization:",
+        "te:",         "upgrade:"};
     for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
         size_t l = strlen(names[i]);
         if (n >= l && strncasecmp(line, names[i], l) == 0)
@@ -314,8 +315,7 @@ static void serve(struct conn *c, buf_t *b, buf_t *out)
     int port;
     const char *path = "/";
     if (tunnel) {
-        if (!split_authority(target, strlen(target), host, sizeof(host), &port, -1) ||
-            port < 0) {
+        if (!split_authority(target, strlen(target), host, sizeof(host), &port, -1) || port < 0) {
             reply(c->fd, 400, "Bad Request", "sandboxer: CONNECT wants host:port");
             return;
         }
@@ -353,15 +353,15 @@ static void serve(struct conn *c, buf_t *b, buf_t *out)
               err.msg);
         return;
     }
-    log_info("egress.allowed", "client=%s host=%s ip=%s port=%d method=%s", c->client, host,
-             ip, port, method);
+    log_info("egress.allowed", "client=%s host=%s ip=%s port=%d method=%s", c->client, host, ip,
+             port, method);
     if (tunnel) {
         const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
         if (upstream_write(c->fd, ok, sizeof(ok) - 1, &err) < 0)
             return;
     } else {
-        rewrite_head(method, path, version, line_end + 2,
-                     (size_t)(head - (line_end + 2 - b->data)), out);
+        rewrite_head(method, path, version, line_end + 2, (size_t)(head - (line_end + 2 - b->data)),
+                     out);
     }
     buf_append(out, b->data + head, b->len - (size_t)head); /* what came after the head */
     if (out->len && upstream_write(up, out->data, out->len, &err) < 0)
@@ -457,9 +457,11 @@ egress_t *egress_start(const struct egress_config *cfg, err_t *err)
     e->stop_fd = eventfd(0, EFD_CLOEXEC);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     int one = 1;
-    if (e->listen_fd < 0 || e->stop_fd < 0 || inet_pton(AF_INET, cfg->listen_ip, &sa.sin_addr) != 1 ||
+    if (e->listen_fd < 0 || e->stop_fd < 0 ||
+        inet_pton(AF_INET, cfg->listen_ip, &sa.sin_addr) != 1 ||
         setsockopt(e->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        bind(e->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(e->listen_fd, 128) < 0) {
+        bind(e->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        listen(e->listen_fd, 128) < 0) {
         err_sys(err, "listen for the egress proxy on %s:%d", cfg->listen_ip, cfg->port);
         egress_stop(e);
         return NULL;

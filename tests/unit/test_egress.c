@@ -38,9 +38,9 @@ int main(void)
     ok(!egress_host_allowed(allow, ""), "not the empty host");
     json_decref(allow);
 
-    const char *closed[] = {"0.1.2.3",     "10.88.0.1",   "100.64.0.1",    "127.0.0.1",
-                            "169.254.169.254", "172.16.0.1", "172.31.255.255", "192.168.1.1",
-                            "224.0.0.1",   "255.255.255.255"};
+    const char *closed[] = {"0.1.2.3",         "10.88.0.1",      "100.64.0.1",     "127.0.0.1",
+                            "169.254.169.254", "172.16.0.1",     "172.31.255.255", "192.168.1.1",
+                            "224.0.0.1",       "255.255.255.255"};
     for (size_t i = 0; i < sizeof(closed) / sizeof(*closed); i++)
         ok(!egress_address_public(a4(closed[i])), "%s is closed", closed[i]);
     const char *open_[] = {"1.1.1.1", "198.18.1.2", "172.32.0.1", "100.128.0.1", "8.8.8.8"};
