@@ -78,7 +78,8 @@ fuzz: setup $(FUZZ_BUILD)/build.ninja
 bench: build
 	BENCH_NO_BUILD=1 ./bench/run $(ARGS)
 
-C_FILES = $(shell git ls-files '*.c' '*.h')
+# tracked and new (not ignored) files, so that a file not yet added is formatted too
+C_FILES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h')
 
 fmt:
 	clang-format -i $(C_FILES)
