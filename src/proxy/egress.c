@@ -255,12 +255,40 @@ static bool hop_by_hop(const char *line, size_t n)
     return false;
 }
 
-/* The request to send upstream: origin-form target, hop-by-hop headers dropped. */
-static void rewrite_head(const char *method, const char *path, const char *version,
-                         const char *headers, size_t hlen, buf_t *out)
+const char *egress_parse_request(const char *head, size_t len, struct egress_request *rq)
 {
-    buf_printf(out, "%s %s %s\r\n", method, path, version);
-    const char *p = headers, *end = headers + hlen;
+    memset(rq, 0, sizeof(*rq));
+    const char *line_end = memmem(head, len, "\r\n", 2);
+    if (!line_end || (size_t)(line_end - head) >= 2100)
+        return "no request line, or one too long";
+    /* METHOD SP TARGET SP VERSION */
+    char target[2048], rest;
+    _cleanup_free_ char *line = xstrndup(head, (size_t)(line_end - head));
+    if (sscanf(line, "%15s %2047s %15s %c", rq->method, target, rq->version, &rest) != 3 ||
+        strncmp(rq->version, "HTTP/1.", 7) != 0)
+        return "not an HTTP/1 request line";
+    rq->headers = line_end + 2;
+    rq->tunnel = strcmp(rq->method, "CONNECT") == 0;
+    if (rq->tunnel) {
+        if (!split_authority(target, strlen(target), rq->host, sizeof(rq->host), &rq->port, -1) ||
+            rq->port < 0)
+            return "CONNECT wants host:port";
+        return NULL;
+    }
+    if (strncasecmp(target, "http://", 7) != 0)
+        return "send http://host/... through the proxy, or CONNECT host:port (https)";
+    const char *a = target + 7;
+    size_t al = strcspn(a, "/?#");
+    if (!split_authority(a, al, rq->host, sizeof(rq->host), &rq->port, 80))
+        return "bad host in the request's URL";
+    snprintf(rq->path, sizeof(rq->path), "%s", a[al] == '/' ? a + al : "/");
+    return NULL;
+}
+
+void egress_upstream_head(const struct egress_request *rq, const char *head, size_t len, buf_t *out)
+{
+    buf_printf(out, "%s %s %s\r\n", rq->method, rq->path, rq->version);
+    const char *p = rq->headers, *end = head + len;
     while (p < end) {
         const char *eol = memmem(p, (size_t)(end - p), "\r\n", 2);
         size_t n = eol ? (size_t)(eol - p) : (size_t)(end - p);
@@ -275,7 +303,6 @@ static void rewrite_head(const char *method, const char *path, const char *versi
     buf_puts(out, "Connection: close\r\n\r\n");
 }
 
-/* Serve one client; b and out are the head as read and what goes upstream (freed by the caller). */
 /* The client's allow list, unless the proxy is stopping. */
 static json_t *policy(egress_t *e, const char *client)
 {
@@ -301,38 +328,14 @@ static void serve(struct conn *c, buf_t *b, buf_t *out)
     }
     tv.tv_sec = 0;
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    /* METHOD SP TARGET SP VERSION CRLF */
-    const char *line_end = memmem(b->data, (size_t)head, "\r\n", 2);
-    char method[16], target[2048], version[16];
-    _cleanup_free_ char *line = xstrndup(b->data, (size_t)(line_end - b->data));
-    if (sscanf(line, "%15s %2047s %15s", method, target, version) != 3 ||
-        strncmp(version, "HTTP/1.", 7) != 0) {
-        reply(c->fd, 400, "Bad Request", "sandboxer: not an HTTP/1 request line");
+    struct egress_request rq;
+    const char *bad = egress_parse_request(b->data, (size_t)head, &rq);
+    if (bad) {
+        reply(c->fd, 400, "Bad Request", "sandboxer: %s", bad);
         return;
     }
-    bool tunnel = strcmp(method, "CONNECT") == 0;
-    char host[256];
-    int port;
-    const char *path = "/";
-    if (tunnel) {
-        if (!split_authority(target, strlen(target), host, sizeof(host), &port, -1) || port < 0) {
-            reply(c->fd, 400, "Bad Request", "sandboxer: CONNECT wants host:port");
-            return;
-        }
-    } else if (strncasecmp(target, "http://", 7) == 0) {
-        const char *a = target + 7;
-        size_t al = strcspn(a, "/?#");
-        if (!split_authority(a, al, host, sizeof(host), &port, 80)) {
-            reply(c->fd, 400, "Bad Request", "sandboxer: bad host in %s", target);
-            return;
-        }
-        path = a[al] == '/' ? a + al : "/";
-    } else {
-        reply(c->fd, 400, "Bad Request",
-              "sandboxer: send http://host/... through the proxy, or CONNECT host:port "
-              "(https)");
-        return;
-    }
+    const char *host = rq.host, *method = rq.method;
+    int port = rq.port;
     if (!egress_host_allowed(allow, host)) {
         log_info("egress.denied", "client=%s host=%s port=%d", c->client, host, port);
         reply(c->fd, 403, "Forbidden", "sandboxer: %s is not on this sandbox's allow list", host);
@@ -355,13 +358,12 @@ static void serve(struct conn *c, buf_t *b, buf_t *out)
     }
     log_info("egress.allowed", "client=%s host=%s ip=%s port=%d method=%s", c->client, host, ip,
              port, method);
-    if (tunnel) {
+    if (rq.tunnel) {
         const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
         if (upstream_write(c->fd, ok, sizeof(ok) - 1, &err) < 0)
             return;
     } else {
-        rewrite_head(method, path, version, line_end + 2, (size_t)(head - (line_end + 2 - b->data)),
-                     out);
+        egress_upstream_head(&rq, b->data, (size_t)head, out);
     }
     buf_append(out, b->data + head, b->len - (size_t)head); /* what came after the head */
     if (out->len && upstream_write(up, out->data, out->len, &err) < 0)

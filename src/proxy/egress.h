@@ -8,8 +8,10 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/error.h"
 
 /* The allow list of the sandbox at client_ip (a JSON array of patterns, the caller's to
@@ -38,3 +40,21 @@ bool egress_host_allowed(const json_t *allow, const char *host);
 /* May the proxy connect to this IPv4 address (network byte order)? Not to the host, the
  * sandboxes' or any private, loopback, link-local, shared, multicast or reserved range. */
 bool egress_address_public(uint32_t addr);
+
+/* A request head as the proxy reads it from a sandbox (untrusted). */
+struct egress_request {
+    bool tunnel; /* CONNECT host:port */
+    char method[16], version[16];
+    char host[256];
+    int port;
+    char path[2048];     /* plain requests: the origin-form target */
+    const char *headers; /* in the head given to egress_parse_request: after the request line */
+};
+
+/* Parse head (len bytes, through the blank line that ends it): NULL when it is a CONNECT or
+ * an absolute-form http:// request, else what is wrong with it. */
+const char *egress_parse_request(const char *head, size_t len, struct egress_request *rq);
+/* The head to send upstream for a plain request: origin form, hop-by-hop headers dropped,
+ * Connection: close. */
+void egress_upstream_head(const struct egress_request *rq, const char *head, size_t len,
+                          buf_t *out);

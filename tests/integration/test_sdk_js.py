@@ -25,17 +25,18 @@ def npm_env(extra=None):
     return env
 
 
-def ensure_node_modules():
-    """npm ci when node_modules is missing or package-lock.json is newer than what npm
-    installed (node_modules/.package-lock.json); one pytest process at a time."""
-    with open("/tmp/sandboxer-sdk-js-npm.lock", "w") as lock:
+def ensure_node_modules(where=SDK):
+    """npm ci in where when node_modules is missing or package-lock.json is newer than what
+    npm installed (node_modules/.package-lock.json); one pytest process at a time."""
+    with open("/tmp/sandboxer-npm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        installed = os.path.join(SDK, "node_modules", ".package-lock.json")
-        lockfile = os.path.join(SDK, "package-lock.json")
+        installed = os.path.join(where, "node_modules", ".package-lock.json")
+        lockfile = os.path.join(where, "package-lock.json")
         if os.path.exists(installed) and os.path.getmtime(installed) >= os.path.getmtime(lockfile):
             return
-        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline"], cwd=SDK,
-                           env=npm_env(), capture_output=True, text=True, timeout=NPM_TIMEOUT)
+        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline"],
+                           cwd=where, env=npm_env(), capture_output=True, text=True,
+                           timeout=NPM_TIMEOUT)
         assert p.returncode == 0, f"npm ci failed ({p.returncode}):\n{p.stdout[-5000:]}\n" \
                                   f"{p.stderr[-5000:]}"
 

@@ -3,7 +3,6 @@ subprotocol token that lets a browser open a terminal, and the console itself in
 browser — Chromium driven by puppeteer-core from the Node suite in tests/web (npm ci runs
 first when its node_modules is missing or older than package-lock.json)."""
 import base64
-import fcntl
 import json
 import os
 import re
@@ -18,10 +17,10 @@ import pytest
 import websocket
 
 from conftest import ROOT
+from test_sdk_js import ensure_node_modules, live_sandboxes, npm_env
 
 WEB = os.path.join(ROOT, "web")
 SUITE = os.path.join(ROOT, "tests", "web")
-NPM_TIMEOUT = 600
 SUITE_TIMEOUT = 900
 
 CSP = ("default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
@@ -221,29 +220,6 @@ def test_attach_takes_the_token_as_a_subprotocol(sbx_daemon, sbx, sbx_user):
 
 # ---------------------------------------------------------------- the console in Chromium
 
-def npm_env(extra=None):
-    env = dict(os.environ, NO_UPDATE_NOTIFIER="1", NPM_CONFIG_UPDATE_NOTIFIER="false",
-               NPM_CONFIG_FUND="false", NPM_CONFIG_AUDIT="false")
-    env.update(extra or {})
-    return env
-
-
-def ensure_node_modules(where):
-    """npm ci when node_modules is missing or older than package-lock.json; one pytest
-    process at a time."""
-    with open("/tmp/sandboxer-web-npm.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        installed = os.path.join(where, "node_modules", ".package-lock.json")
-        lockfile = os.path.join(where, "package-lock.json")
-        if os.path.exists(installed) and os.path.getmtime(installed) >= os.path.getmtime(lockfile):
-            return
-        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline"],
-                           cwd=where, env=npm_env(), capture_output=True, text=True,
-                           timeout=NPM_TIMEOUT)
-        assert p.returncode == 0, f"npm ci failed ({p.returncode}):\n{p.stdout[-5000:]}\n" \
-                                  f"{p.stderr[-5000:]}"
-
-
 def pids_using(path):
     """Processes whose command line names path (the browser's own temporary profile)."""
     pids = []
@@ -257,12 +233,6 @@ def pids_using(path):
         except OSError:
             pass
     return pids
-
-
-def live_sandboxes(url, token):
-    r = httpx.get(url + "/sandboxes", headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    assert r.status_code == 200, r.text
-    return [s for s in r.json()["sandboxes"] if s["status"] != "terminated"]
 
 
 def test_console_in_a_real_browser(sbx_daemon):

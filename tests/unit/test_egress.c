@@ -1,5 +1,6 @@
 /* The egress proxy's rules: allow-list patterns, host matching, addresses out of bounds. */
 #include <arpa/inet.h>
+#include <string.h>
 
 #include "proxy/egress.h"
 #include "tap.h"
@@ -46,5 +47,33 @@ int main(void)
     const char *open_[] = {"1.1.1.1", "198.18.1.2", "172.32.0.1", "100.128.0.1", "8.8.8.8"};
     for (size_t i = 0; i < sizeof(open_) / sizeof(*open_); i++)
         ok(egress_address_public(a4(open_[i])), "%s is open", open_[i]);
+    struct egress_request rq;
+    const char get[] = "GET http://Pypi.org:8080/a?b HTTP/1.1\r\nHost: pypi.org\r\n"
+                       "Proxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n";
+    ok(!egress_parse_request(get, sizeof(get) - 1, &rq) && !rq.tunnel && rq.port == 8080 &&
+           strcmp(rq.host, "Pypi.org") == 0 && strcmp(rq.path, "/a?b") == 0,
+       "absolute-form GET: host, port and origin-form path");
+    buf_t out = {0};
+    egress_upstream_head(&rq, get, sizeof(get) - 1, &out);
+    buf_append(&out, "", 1);
+    is_str(out.data,
+           "GET /a?b HTTP/1.1\r\nHost: pypi.org\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+           "upstream head: origin form, proxy headers dropped, Connection: close");
+    buf_free(&out);
+    const char conn[] = "CONNECT a.example.test:443 HTTP/1.1\r\n\r\n";
+    ok(!egress_parse_request(conn, sizeof(conn) - 1, &rq) && rq.tunnel && rq.port == 443 &&
+           strcmp(rq.host, "a.example.test") == 0,
+       "CONNECT host:port");
+    const char *bad_heads[] = {"CONNECT a.example.test HTTP/1.1\r\n\r\n",
+                               "GET https://pypi.org/ HTTP/1.1\r\n\r\n",
+                               "GET / HTTP/1.1\r\n\r\n",
+                               "GET http://user@pypi.org/ HTTP/1.1\r\n\r\n",
+                               "GET http://pypi.org:99999/ HTTP/1.1\r\n\r\n",
+                               "GET http://pypi.org/ HTTP/2\r\n\r\n",
+                               "GET http://pypi.org/ HTTP/1.1 extra\r\n\r\n",
+                               "HELLO\r\n\r\n"};
+    for (size_t i = 0; i < sizeof(bad_heads) / sizeof(*bad_heads); i++)
+        ok(egress_parse_request(bad_heads[i], strlen(bad_heads[i]), &rq) != NULL,
+           "refused: bad head %zu", i);
     return tap_done();
 }
