@@ -107,7 +107,9 @@ int sbx_watch(sbx_mgr_t *m, struct sbx_live *l, err_t *err)
     l->shim_pidfd = proc_pidfd_open(l->shim_pid);
     if (l->shim_pidfd < 0)
         return err_sys(err, "watch shim %d", (int)l->shim_pid);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    /* A shim ends once: one-shot, or its pidfd, readable for good from then on, would wake
+     * the watcher in a loop until the entry is freed. */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = NULL};
     /* The watcher finds the sandbox by id: the live entry may be gone by then. */
     ev.data.u64 = (uint64_t)l->shim_pid;
     if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, l->shim_pidfd, &ev) < 0)
