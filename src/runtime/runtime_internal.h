@@ -1,0 +1,8 @@
+/* Shared by the runtime layer's own files. */
+#pragma once
+
+#include <stddef.h>
+
+/* The first error of CRIU's restore.log in dirfd (the line before a final "Restoring FAILED"
+ * when that is the first), into out; out is left alone when there is none. */
+void criu_restore_error(int dirfd, char *out, size_t size);
