@@ -4,6 +4,7 @@
  * ("process 17 (vim) holds a terminal") with CRIU's own lines kept in the daemon's log.
  */
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,14 +68,17 @@ static const struct {
     {"In-flight", "has a connection that was being accepted; try again"},
 };
 
-/* Drop host paths from CRIU's text: the sandbox's owner sees only the cause. */
-static void scrub_paths(char *s)
+void runtime_scrub_paths(char *s)
 {
+    const char *state;
+    size_t state_len = runtime_state_prefix(&state);
     for (char *p = strchr(s, '/'); p; p = strchr(p + 1, '/')) {
-        if (p != s && p[-1] != ' ' && p[-1] != '(' && p[-1] != '\'')
+        if (p != s && p[-1] != ' ' && p[-1] != '(' && p[-1] != '\'' && p[-1] != '"')
             continue;
-        size_t n = strcspn(p, " ):'");
-        if (memmem(p, n, "sandboxer", 9) == NULL && memmem(p, n, "/proc/", 6) == NULL)
+        size_t n = strcspn(p, " ):'\"");
+        bool host = (n >= state_len && memcmp(p, state, state_len) == 0) ||
+                    memmem(p, n, "sandboxer", 9) || strncmp(p, "/proc/", 6) == 0;
+        if (!host || n < 3)
             continue;
         memmove(p + 3, p + n, strlen(p + n) + 1);
         memcpy(p, "...", 3);
@@ -141,7 +145,7 @@ int runtime_checkpoint_explain(const char *work_dir, const char *id, err_t *err)
              error, pid);
     if (!error[0]) /* no CRIU log: runc failed before CRIU ran, an internal error */
         return -1;
-    scrub_paths(error);
+    runtime_scrub_paths(error);
     const char *meaning = NULL;
     for (size_t i = 0; i < ARRAY_SIZE(causes) && !meaning; i++)
         if (strcasestr(error, causes[i].needle))

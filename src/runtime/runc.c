@@ -29,6 +29,14 @@ void runtime_configure(const struct runtime_config *c)
     cfg = *c;
 }
 
+size_t runtime_state_prefix(const char **prefix)
+{
+    /* runc's root is <state dir>/runc: the state dir is what comes before its last slash. */
+    const char *slash = strrchr(cfg.root, '/');
+    *prefix = cfg.root;
+    return slash && slash != cfg.root ? (size_t)(slash - cfg.root) : strlen(cfg.root);
+}
+
 /* Run `runc --root ROOT <args...>` and fail with its stderr when it fails. */
 static int runc(buf_t *out, err_t *err, const char *a0, const char *a1, const char *a2,
                 const char *a3)

@@ -101,6 +101,9 @@ int runtime_pause(const char *id, bool pause, err_t *err);
  */
 int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,
                        bool leave_running, err_t *err);
+/* Replace the host paths of the daemon's state (those naming sandboxer, and /proc/...) in a
+ * message from runc or CRIU by "...": its owner may read it, the host's layout stays ours. */
+void runtime_scrub_paths(char *s);
 /*
  * After a failed runtime_checkpoint with work_dir: read CRIU's dump.log there, log its errors,
  * and when CRIU says why, turn err into ERR_CONFLICT "checkpoint_failed" naming the process
