@@ -325,7 +325,7 @@ static enum MHD_Result queue(api_req_t *r)
     /* The daemon's own answers are never sniffed into something else (a sandbox's are its own). */
     if (!r->sandbox_answer && !MHD_get_response_header(r->resp, "X-Content-Type-Options"))
         MHD_add_response_header(r->resp, "X-Content-Type-Options", "nosniff");
-    if (r->status == MHD_HTTP_UNAUTHORIZED)
+    if (r->status == MHD_HTTP_UNAUTHORIZED && !r->sandbox_answer) /* the sandbox's 401 is its own */
         MHD_add_response_header(r->resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer realm=\"sandboxer\"");
     if (r->status == MHD_HTTP_METHOD_NOT_ALLOWED) {

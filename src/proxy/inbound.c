@@ -183,28 +183,34 @@ void inbound_ws_protocols(const char *value, buf_t *out)
     }
 }
 
+/* The trimmed value of the cookie attribute p (n bytes) if it is "Domain = value", or NULL. */
+static const char *domain_attr(const char *p, size_t n, size_t *len)
+{
+    const char *end = p + n;
+    if (n < 6 || strncasecmp(p, "domain", 6) != 0)
+        return NULL;
+    const char *v = p + 6 + strspn(p + 6, " \t");
+    if (v >= end || *v != '=')
+        return NULL;
+    v++;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    *len = (size_t)(end - v);
+    return v;
+}
+
 /* The value of a cookie's last Domain attribute (RFC 6265 5.3: the last one wins), or NULL. */
 static const char *cookie_domain(const char *value, size_t *len)
 {
-    const char *found = NULL;
-    const char *p = strchr(value, ';');
-    while (p) {
+    const char *found = NULL, *d;
+    size_t n;
+    for (const char *p = strchr(value, ';'); p; p = strchr(p, ';')) {
         p++;
         p += strspn(p, " \t");
-        size_t n = strcspn(p, ";");
-        if (n >= 6 && strncasecmp(p, "domain", 6) == 0) {
-            const char *v = p + 6;
-            v += strspn(v, " \t");
-            if (*v == '=') {
-                v++;
-                v += strspn(v, " \t");
-                size_t m = (size_t)(p + n - v);
-                while (m && (v[m - 1] == ' ' || v[m - 1] == '\t'))
-                    m--;
-                found = v, *len = m;
-            }
-        }
-        p = strchr(p, ';');
+        if ((d = domain_attr(p, strcspn(p, ";"), &n)) != NULL)
+            found = d, *len = n;
     }
     return found;
 }
