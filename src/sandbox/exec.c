@@ -221,20 +221,55 @@ static int default_port(const sandbox_rec_t *r)
     return 0;
 }
 
+/* True if anyone may reach port of public sandbox r: one it declared, as default_port reads. */
+static bool public_port(const sandbox_rec_t *r, int port)
+{
+    json_t *ports = json_object_get(r->spec, "ports");
+    size_t i;
+    json_t *v;
+    json_array_foreach(ports, i, v)
+    {
+        if (json_integer_value(v) == port)
+            return true;
+    }
+    if (json_array_size(ports) > 0)
+        return false;
+    const char *key;
+    json_object_foreach(json_object_get(r->spec, "exposed_ports"), key, v)
+    {
+        if (atoi(key) == port && strstr(key, "/udp") == NULL)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Not the caller's and not open to them. Without a token an unknown name, a private sandbox
+ * and a port a public one did not declare answer alike (nothing tells which); with a token,
+ * the 404 of any other owner's sandbox.
+ */
+static int not_open(const user_t *caller, err_t *err)
+{
+    if (caller)
+        return err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox");
+    return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
+                   "no public sandbox port here: send the sandbox owner's token");
+}
+
 int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
                      struct sbx_target *out, err_t *err)
 {
     sandbox_rec_t r;
     bool mine = caller && sbx_lookup(m, caller, key, &r, NULL) == 0;
     if (!mine) {
-        /* Someone else's (or no token): only a public sandbox's proxy answers. */
+        /* Someone else's (or no token): only a public sandbox's declared ports answer. */
         if (!key || strlen(key) > 64 || store_sandbox_get(m->store, -1, key, &r, NULL) < 0)
-            return err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox");
-        if (!r.is_public) {
+            return not_open(caller, err);
+        if (!port)
+            port = default_port(&r);
+        if (!r.is_public || !public_port(&r, port)) {
             store_sandbox_rec_clear(&r);
-            return caller ? err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox")
-                          : err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
-                                    "this sandbox is private: send its owner's token");
+            return not_open(caller, err);
         }
     }
     user_t owner = {.id = r.owner_id};
