@@ -138,6 +138,12 @@ int sbx_change_begin(sbx_mgr_t *m, const user_t *owner, const char *key, enum sb
     c->from = c->rec.status;
     if (c->rec.intent == SBX_INTENT_NONE && sbx_op_noop(op, c->rec.status))
         return 1;
+    /* A change recorded ahead for many sandboxes at once (coalesce marks every victim in one
+     * transaction) is carried out here: its own intent does not make the sandbox busy. */
+    if (table[op].intent != SBX_INTENT_NONE && c->rec.intent == table[op].intent) {
+        c->intent_written = true;
+        return 0;
+    }
     if (sbx_require_status(op, &c->rec, err) < 0) {
         sbx_change_end(c);
         return -1;
