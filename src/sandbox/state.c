@@ -183,6 +183,10 @@ void sbx_change_end(struct sbx_change *c)
     if (c->locked)
         pthread_rwlock_unlock(&c->l->lock);
     c->locked = false;
+    /* A deleted sandbox never runs again: its live entry (which this change may have made
+     * anew after the delete dropped it) goes, or it would stay for good. */
+    if (c->l && c->rec.id[0] && c->rec.status == SBX_TERMINATED)
+        sbx_live_remove(c->m, c->id);
     if (c->l)
         sbx_live_put(c->m, c->l);
     c->l = NULL;
