@@ -80,6 +80,36 @@ def nft_table():
     return r.stdout if r.returncode == 0 else None
 
 
+def set_elements(name, family="inet", table=TABLE):
+    """The elements of a set (or a map's keys) as strings: "10.213.0.2", "10.213.0.2 . 1"."""
+    r = sh("nft", "-j", "list", "set" if name != "owner" else "map", family, table, name,
+           check=False)
+    if r.returncode != 0:
+        return []
+    out = []
+    for item in json.loads(r.stdout)["nftables"]:
+        body = item.get("set") or item.get("map")
+        for e in (body or {}).get("elem", []):
+            if isinstance(e, list):  # a map: [key, value]
+                e = e[0]
+            if isinstance(e, dict) and "elem" in e:
+                e = e["elem"]["val"]
+            if isinstance(e, dict) and "concat" in e:
+                e = " . ".join(str(x) for x in e["concat"])
+            out.append(str(e))
+    return out
+
+
+def sandbox_elements(ip, table=TABLE):
+    """Every element naming ip in the sets that make up a sandbox's rules."""
+    found = []
+    for family, name in (("inet", "owner"), ("inet", "member"), ("inet", "bound"),
+                         ("inet", "egress_open"), ("arp", "bound")):
+        found += [f"{family} {name} {e}" for e in set_elements(name, family, table)
+                  if e == ip or e.startswith(ip + " ")]
+    return found
+
+
 def link_exists(name):
     return sh("ip", "link", "show", "dev", name, check=False).returncode == 0
 
@@ -161,8 +191,9 @@ class Net:
 
 
 def purge(netns_dir=None):
-    """Remove whatever a crashed run may have left: the table, the links, the mounts."""
+    """Remove whatever a crashed run may have left: the tables, the links, the mounts."""
     sh("nft", "delete", "table", "inet", TABLE, check=False)
+    sh("nft", "delete", "table", "arp", TABLE, check=False)
     for name in (OUT_IF, BRIDGE):
         sh("ip", "link", "del", name, check=False)
     if netns_dir and os.path.isdir(netns_dir):
@@ -263,8 +294,9 @@ def test_teardown_leaves_no_veth_rule_or_netns(net):
     assert not link_exists(a1["host_if"])
     assert not os.path.exists(a1["netns_path"])
     table = nft_table()
-    assert a1["ip"] not in table and '"a1"' not in table and a1["mac"] not in table
-    assert keep["ip"] in table
+    assert sandbox_elements(a1["ip"]) == [] and '"a1"' not in table and a1["mac"] not in table
+    assert a1["ip"] in set_elements("quarantine")  # not handed out again for a while
+    assert len(sandbox_elements(keep["ip"])) == 4
     net.tool("teardown", "a1")  # idempotent
     net.tool("reserve", "other", a1["ip"])  # the address is free again
 
@@ -300,8 +332,8 @@ def test_reconcile_removes_strays(net):
     assert not link_exists("sbxtstray0") and not link_exists("sbxtstray1")
     assert sorted(os.listdir(net.netns_dir)) == ["s2"]
     for gone in (s1, s3):
-        assert not link_exists(gone["host_if"]) and gone["ip"] not in nft_table()
-    assert link_exists(s2["host_if"]) and s2["ip"] in nft_table()
+        assert not link_exists(gone["host_if"]) and sandbox_elements(gone["ip"]) == []
+    assert link_exists(s2["host_if"]) and sandbox_elements(s2["ip"])
     assert int(net.tool("reconcile", "s2").stdout) == 0
 
 
@@ -324,6 +356,7 @@ def test_destroy_removes_table_bridge_and_mounts(net):
     a1 = net.setup("a1", 1, "open")
     net.tool("destroy")
     assert nft_table() is None
+    assert sh("nft", "list", "table", "arp", TABLE, check=False).returncode != 0
     assert not link_exists(BRIDGE) and not link_exists(a1["host_if"])
     assert os.listdir(net.netns_dir) == []
     mounts = open("/proc/self/mountinfo").read()
