@@ -130,6 +130,7 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                   q->network ? q->network : m->cfg.default_network, "ports", q->ports,
                   "idle_timeout", (json_int_t)q->idle_timeout); /* -1: the daemon's default */
     json_object_set_new(spec, "interactive", json_boolean(q->interactive == 1));
+    json_object_set_new(spec, "net_raw", json_boolean(q->net_raw == 1)); /* forks keep it */
     if (q->egress_allow) /* the hosts the egress proxy lets it reach */
         json_object_set(spec, "egress_allow", q->egress_allow);
     /* The agent version it binds: forks and restores keep binding the same file. */
@@ -201,6 +202,7 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
         .cpus = json_number_value(json_object_get(res, "cpus")),
         .memory = (uint64_t)json_integer_value(json_object_get(res, "memory")),
         .pids = json_integer_value(json_object_get(res, "pids")),
+        .net_raw = json_is_true(json_object_get(r->spec, "net_raw")),
     };
     json_t *spec _cleanup_json_ = NULL;
     _cleanup_free_ char *config = xasprintf("%s/config.json", p->bundle);

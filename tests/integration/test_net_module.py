@@ -392,3 +392,107 @@ def test_etc_files(net, tmp_path):
     (etc / "hosts").symlink_to(tmp_path / "victim")
     net.tool("etc", str(etc), "box1")
     assert not (tmp_path / "victim").exists() and not (etc / "hosts").is_symlink()
+
+
+# UDP for the address-reuse test. ECHO answers every datagram on ip:9999; TALK sends to
+# target:9999 from port 40000 every 50 ms and prints who answered what (once per kind: the
+# pipe is read only at the end); PEER (the next holder of the address) sends to target:40000
+# from its port 9999 and prints what it receives, likewise.
+UDP_ECHO = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9999))
+print("ready", flush=True)
+while True:
+    data, addr = s.recvfrom(2048)
+    s.sendto(b"echo", addr)
+"""
+
+UDP_TALK = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 40000))
+s.settimeout(0.05)
+print("ready", flush=True)
+seen = set()
+while True:
+    s.sendto(b"talk", (sys.argv[1], 9999))
+    try:
+        data, addr = s.recvfrom(2048)
+        if (addr[0], data) not in seen:
+            seen.add((addr[0], data))
+            print("reply", addr[0], data.decode(), flush=True)
+    except socket.timeout:
+        continue
+    time.sleep(0.05)
+"""
+
+UDP_PEER = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9999))
+s.settimeout(0.05)
+print("ready", flush=True)
+seen = set()
+while True:
+    s.sendto(b"from-next-holder", (sys.argv[2], 40000))
+    try:
+        data, addr = s.recvfrom(2048)
+        if (addr[0], data) not in seen:
+            seen.add((addr[0], data))
+            print("got", addr[0], data.decode(), flush=True)
+    except socket.timeout:
+        continue
+    time.sleep(0.05)
+"""
+
+
+def conntrack_entries(ip):
+    with open("/proc/net/nf_conntrack") as f:
+        return [line for line in f if re.search(rf"(src|dst)={re.escape(ip)}\s", line)]
+
+
+def wait_for(cond, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def output_of(p):
+    p.kill()
+    out, _ = p.communicate(timeout=10)
+    return out
+
+
+def test_a_reused_address_inherits_no_flow(net):
+    """Owner 1's UDP flow between a1 and a2 is established; a2 goes and another owner's b1
+    gets its address at once (as a known address would after a restart): nothing of the old
+    flow reaches b1, and nothing b1 sends on it reaches a1."""
+    a1, a2 = net.setup("a1", 1), net.setup("a2", 1)
+    echo = net.start(net.in_ns("a2") + [PY, "-u", "-c", UDP_ECHO, a2["ip"]])
+    talk = net.start(net.in_ns("a1") + [PY, "-u", "-c", UDP_TALK, a2["ip"]])
+    wait_for(lambda: any("ASSURED" in e for e in conntrack_entries(a2["ip"])),
+             f"the flow is tracked both ways: {conntrack_entries(a2['ip'])}")
+    echo.kill()
+    net.tool("teardown", "a2")
+    wait_for(lambda: not conntrack_entries(a2["ip"]), "teardown flushes the address's flows",
+             timeout=3)
+    assert a2["ip"] in set_elements("quarantine")
+    b1 = net.setup("b1", 2, ip=a2["ip"])
+    peer = net.start(net.in_ns("b1") + [PY, "-u", "-c", UDP_PEER, b1["ip"], a1["ip"]])
+    time.sleep(2)  # 40 datagrams each way
+    got, talked = output_of(peer), output_of(talk)
+    assert "got" not in got, got
+    assert "from-next-holder" not in talked, talked
+    assert "reply" in talked  # a1 did hear a2 before it went
+
+
+def test_the_cursor_and_quarantine_survive_a_restart(net):
+    a1 = net.setup("a1", 1)
+    a2 = net.setup("a2", 1)
+    net.tool("teardown", "a2")
+    # each net_tool call is a fresh process, as a restarted daemon
+    b1 = net.setup("b1", 2)
+    assert b1["ip"] not in (a1["ip"], a2["ip"])
+    assert set_elements("cursor") and a2["ip"] in set_elements("quarantine")

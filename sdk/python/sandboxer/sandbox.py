@@ -28,7 +28,7 @@ S = TypeVar("S", bound="SandboxBase")
 FIELDS = ("id", "name", "label", "image", "status", "exit_code", "hostname", "ip_address",
           "parent_id", "child_ids", "created_at", "last_active_at", "deleted_at",
           "delete_reason", "is_public", "interactive", "url", "resources", "runtime",
-          "network", "egress_allow", "memory_preserved", "message", "terminated_sandboxes")
+          "network", "egress_allow", "net_raw", "memory_preserved", "message", "terminated_sandboxes")
 
 #: Statuses after which a sandbox will not run again on its own.
 DONE = ("exited", "terminated")
