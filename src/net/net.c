@@ -539,9 +539,12 @@ int net_sandbox_teardown(net_t *n, const char *id, err_t *err)
     if (bridge > 0)
         net_rtnl_neigh_del(&r, bridge, ip);
     net_rtnl_close(&r);
-    /* After the veth: nothing of the sandbox's own makes new entries any more. */
-    if (ip && net_ct_flush(ip, err) < 0)
-        return -1;
+    /* After the veth: nothing of the sandbox's own makes new entries any more. A failure
+     * does not keep the rest here: the address is in quarantine, and the allocator checks
+     * (and flushes) an address's flows again before handing it out. */
+    err_t ct_err = {0};
+    if (ip && net_ct_flush(ip, &ct_err) < 0)
+        log_warn("net.conntrack", "sandbox=%s msg=\"%s\"", id, ct_err.msg);
     _cleanup_free_ char *path = netns_path(n, id);
     if (net_netns_remove(path, err) < 0)
         return -1;

@@ -199,15 +199,22 @@ static bool split_authority(const char *a, size_t n, char *host, size_t hsize, i
     return true;
 }
 
-/* May the proxy connect to addr: public, and not one of the host's own (asked each time). */
-static bool reachable(const egress_t *e, uint32_t addr)
+/* May the proxy connect to addr: public, and not one of the host's own (asked each time, under
+ * the lock, as the policy is: the network layer is not asked once the proxy is stopped). */
+static bool reachable(egress_t *e, uint32_t addr)
 {
-    return egress_address_public(addr) &&
-           !(e->cfg.refuse && e->cfg.refuse(e->cfg.refuse_ctx, addr));
+    if (!egress_address_public(addr))
+        return false;
+    if (!e->cfg.refuse)
+        return true;
+    pthread_mutex_lock(&e->lock);
+    bool ok = !e->stopped && !e->cfg.refuse(e->cfg.refuse_ctx, addr);
+    pthread_mutex_unlock(&e->lock);
+    return ok;
 }
 
 /* The first IPv4 address of host the proxy may connect to; false (and why) if none. */
-static bool resolve(const egress_t *e, const char *host, char *ip, const char **why)
+static bool resolve(egress_t *e, const char *host, char *ip, const char **why)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
