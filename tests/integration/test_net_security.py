@@ -113,6 +113,22 @@ def test_net_raw_true_is_kept_by_forks_snapshots_and_wake(sbx):
     assert fork(sbx, plain["id"])["net_raw"] is False
 
 
+def test_net_raw_from_the_cli_and_the_python_sdk(sbx_daemon, sbx):
+    from test_cli_more import run
+    sid = run(sbx_daemon, "create", "busybox", "--net-raw").stdout.strip()
+    sbx.created.append(sid)
+    assert sbx.get(f"/sandboxes/{sid}").json()["net_raw"] is True
+    bad = run(sbx_daemon, "create", "--snapshot", "x", "--net-raw", check=False)
+    assert bad.returncode == 2 and "--net-raw does not go with --snapshot" in bad.stderr
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "sdk", "python"))
+    from sandboxer import Sandboxer
+    with Sandboxer(sbx_daemon.url, sbx_daemon.admin_token) as client:
+        with client.create("busybox", net_raw=True) as sb:
+            assert sb.net_raw is True
+        with client.create("busybox") as sb:
+            assert sb.net_raw is False
+
+
 @pytest.mark.parametrize("body", [
     {"image": "busybox", "net_raw": "yes"},
     {"image": "busybox", "net_raw": 1},
