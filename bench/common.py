@@ -376,9 +376,9 @@ def sweep_state(state_dir):
 
 
 class OwnNetwork:
-    """A bridge, nftables table and subnet of this run only (serve's --bridge, --nft-table,
+    """A bridge, nftables tables and subnet of this run only (serve's --bridge, --nft-table,
     --subnet), so that a daemon whose sandboxes are reached over the network stays apart from
-    any other daemon on the host; cleanup() removes the bridge and the table (register it
+    any other daemon on the host; cleanup() removes the bridge and the tables (register it
     before the daemon's cleanup: it runs after the daemon stopped)."""
 
     def __init__(self, tag):
@@ -396,7 +396,8 @@ class OwnNetwork:
         return ["--bridge", self.bridge, "--nft-table", self.table, "--subnet", self.subnet]
 
     def cleanup(self):
-        run(["nft", "delete", "table", "inet", self.table], check=False)
+        for family in ("inet", "arp"):
+            run(["nft", "delete", "table", family, self.table], check=False)
         run(["ip", "link", "del", self.bridge], check=False)
 
 

@@ -60,6 +60,8 @@ struct serve_opts {
     const char *vhost;
     const char *cgroup_favordynmods;
     uint64_t egress_proxy_port;
+    uint64_t egress_max_conns;
+    uint64_t egress_max_conns_per_sandbox;
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT, OPT_SECS /* 0 allowed: never */ };
@@ -128,7 +130,8 @@ static const struct opt_def {
     {"bridge", "SANDBOXER_BRIDGE", "sbx0", OPT_STR, offsetof(struct serve_opts, bridge),
      "the bridge device sandboxes are attached to"},
     {"nft-table", "SANDBOXER_NFT_TABLE", "sandboxer", OPT_STR,
-     offsetof(struct serve_opts, nft_table), "the nftables table (family inet) of the rules"},
+     offsetof(struct serve_opts, nft_table),
+     "the nftables tables (families inet and arp) of the rules"},
     {"default-network", "SANDBOXER_DEFAULT_NETWORK", "none", OPT_STR,
      offsetof(struct serve_opts, default_network),
      "egress of a sandbox that does not ask: none (no traffic out) or open (NAT)"},
@@ -137,6 +140,12 @@ static const struct opt_def {
     {"egress-proxy-port", "SANDBOXER_EGRESS_PROXY_PORT", "3128", OPT_UINT,
      offsetof(struct serve_opts, egress_proxy_port),
      "TCP port of the egress proxy on the bridge's gateway address (0: none; no network proxy)"},
+    {"egress-max-conns", "SANDBOXER_EGRESS_MAX_CONNS", "256", OPT_UINT,
+     offsetof(struct serve_opts, egress_max_conns),
+     "connections the egress proxy holds at once, all sandboxes together (503 past it)"},
+    {"egress-max-conns-per-sandbox", "SANDBOXER_EGRESS_MAX_CONNS_PER_SANDBOX", "32", OPT_UINT,
+     offsetof(struct serve_opts, egress_max_conns_per_sandbox),
+     "connections the egress proxy holds at once for one sandbox (429 past it)"},
     {"cgroup-favordynmods", "SANDBOXER_CGROUP_FAVORDYNMODS", "on", OPT_STR,
      offsetof(struct serve_opts, cgroup_favordynmods),
      "on: turn on the host's cgroup2 favordynmods (fast cgroup moves; see README) or off"},
@@ -332,6 +341,12 @@ static json_t *egress_policy(void *ctx, const char *client_ip)
     return sbx_egress_allow(ctx, client_ip);
 }
 
+/* ... and the network layer whether an address is the host's own (or the sandboxes'). */
+static bool egress_refuse(void *ctx, uint32_t addr)
+{
+    return net_address_on_host(ctx, addr);
+}
+
 /* Worth having, never worth failing the start for: an older kernel lacks the option. */
 static void favor_dynmods(void)
 {
@@ -402,7 +417,16 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
     if (o->egress_proxy_port > 0) {
         char gw[16];
         net_gateway(d->net, gw);
-        struct egress_config ec = {gw, (int)o->egress_proxy_port, egress_policy, d->sbx};
+        struct egress_config ec = {
+            .listen_ip = gw,
+            .port = (int)o->egress_proxy_port,
+            .policy = egress_policy,
+            .ctx = d->sbx,
+            .refuse = egress_refuse,
+            .refuse_ctx = d->net,
+            .max_conns = (int)o->egress_max_conns,
+            .max_conns_per_client = (int)o->egress_max_conns_per_sandbox,
+        };
         if (!(d->egress = egress_start(&ec, err)))
             return -1;
     }

@@ -53,9 +53,11 @@ static const struct cli_verb verbs[] = {
                 "                   --allow hosts, through the daemon's egress proxy);\n"
                 "                   default: the daemon's --default-network\n"
                 "  --allow HOST     with --network proxy: a host it may reach, *.DOMAIN for\n"
-                "                   its subdomains, or an IPv4 address (repeatable)\n",
+                "                   its subdomains, or an IPv4 address (repeatable)\n"
+                "  --net-raw        keep CAP_NET_RAW (raw sockets: tcpdump, arping); ping\n"
+                "                   works without it\n",
         .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,disk=,public,port=,"
-                "snapshot=,network=,allow=",
+                "snapshot=,network=,allow=,net-raw",
         .min_args = 0,
         .fixed_args = 1, /* IMAGE, when given, does not end the options */
         .max_args = -1,

@@ -181,12 +181,15 @@ static void put_flags(json_t *body, const cli_args_t *args)
         json_object_set_new(body, "interactive", json_true());
     if (cli_opt_flag(args, "public"))
         json_object_set_new(body, "public", json_true());
+    if (cli_opt_flag(args, "net-raw"))
+        json_object_set_new(body, "net_raw", json_true());
 }
 
 /* Options that shape a sandbox made from an image; one made from a snapshot takes its
  * process, environment and limits from the snapshot, so they would be silently ignored. */
-static const char *const image_only_opts[] = {"interactive", "env",    "cpus", "memory",  "pids",
-                                              "disk",        "public", "port", "network", "allow"};
+static const char *const image_only_opts[] = {"interactive", "env",   "cpus",   "memory",
+                                              "pids",        "disk",  "public", "port",
+                                              "network",     "allow", "net-raw"};
 
 /* --snapshot NAME: {"snapshot", "label"?, "hostname"?}. */
 static int snapshot_body(const cli_args_t *args, const char *snapshot, json_t *body, err_t *err)

@@ -3,6 +3,7 @@
  * setup/teardown, and reconcile after a restart. The design and every rule are explained in
  * docs/networking.md.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +18,10 @@
 #include "common/util.h"
 #include "net.h"
 #include "net_internal.h"
+
+/* How long a freed address is not handed out again, at least: longer than the egress proxy
+ * keeps a silent tunnel open, so a host socket of the old holder has had time to go. */
+#define QUARANTINE_S 300
 
 struct net {
     char *bridge, *netns_dir, *table;
@@ -128,6 +133,34 @@ static int ensure_bridge(const net_t *n, struct net_rtnl *r, err_t *err)
     return rc < 0 ? rt_fail(err, rc, "configure bridge", n->bridge) : 0;
 }
 
+/* The sandboxes found in the table get their ARP binding and permanent neighbour entry again
+ * (both are idempotent): a daemon from before they existed left running sandboxes without. */
+static int pin_known(net_t *n, err_t *err)
+{
+    buf_t s = {0};
+    struct net_rtnl r;
+    if (net_rtnl_open(&r, err) < 0)
+        return -1;
+    int bridge = net_rtnl_link_get(&r, n->bridge, NULL, NULL), rc = bridge < 0 ? bridge : 0;
+    for (size_t i = 0; rc == 0 && i < n->pool.n; i++) {
+        const struct net_entry *e = &n->pool.ents[i];
+        if (!e->in_nft)
+            continue;
+        unsigned char mac[6];
+        mac_bytes(e->ip, mac);
+        net_nft_arp_bound(&s, n->table, e);
+        rc = net_rtnl_neigh_set(&r, bridge, e->ip, mac);
+    }
+    net_rtnl_close(&r);
+    if (rc < 0) {
+        buf_free(&s);
+        return rt_fail(err, rc, "pin the neighbour entries on", n->bridge);
+    }
+    rc = s.len ? net_nft_run(s.data, NULL, err) : 0;
+    buf_free(&s);
+    return rc < 0 ? err_prefix(err, "bind the known sandboxes' ARP") : 0;
+}
+
 static int load_table(net_t *n, err_t *err)
 {
     struct net_rules_cfg rc = {.table = n->table, .bridge = n->bridge, .sn = n->sn};
@@ -143,7 +176,7 @@ static int load_table(net_t *n, err_t *err)
                                      : xasprintf("flush set inet %s host_ports\n", n->table);
     if (net_nft_run(ports, NULL, err) < 0)
         return err_prefix(err, "set the host ports of nft table inet %s", n->table);
-    if (net_nft_load(n->table, &n->pool, err) < 0)
+    if (net_nft_load(n->table, &n->pool, err) < 0 || pin_known(n, err) < 0)
         return -1;
     for (size_t i = 0; i < n->pool.n; i++)
         if (n->pool.ents[i].open)
@@ -219,10 +252,13 @@ int net_destroy(net_t *n, err_t *err)
 {
     if (net_reconcile(n, NULL, 0, err) < 0)
         return -1;
-    _cleanup_free_ char *script = xasprintf("delete table inet %s\n", n->table);
-    err_t e2;
-    if (net_nft_run(script, NULL, &e2) < 0 && !strstr(e2.msg, "No such file"))
-        return err_set(err, e2.kind, 0, e2.code, "%s", e2.msg);
+    const char *families[] = {"inet", "arp"};
+    for (size_t i = 0; i < ARRAY_SIZE(families); i++) {
+        _cleanup_free_ char *script = xasprintf("delete table %s %s\n", families[i], n->table);
+        err_t e2;
+        if (net_nft_run(script, NULL, &e2) < 0 && !strstr(e2.msg, "No such file"))
+            return err_set(err, e2.kind, 0, e2.code, "%s", e2.msg);
+    }
     struct net_rtnl r;
     if (net_rtnl_open(&r, err) < 0)
         return -1;
@@ -253,12 +289,16 @@ static struct net_entry *claim(net_t *n, const char *id, const char *ip_s, err_t
     return e ? e : net_pool_alloc(&n->pool, id, err);
 }
 
-/* Bring the table's elements for id to (owner, open); the pool follows only on success. */
-static int sync_rules(net_t *n, struct net_entry *e, int64_t owner, bool open, err_t *err)
+/* Bring the table's elements for id to (owner, open), and record the pool's cursor if it
+ * moved; the pool follows only on success. */
+static int sync_rules(net_t *n, struct net_entry *e, int64_t owner, bool open, bool moved,
+                      err_t *err)
 {
     if (e->in_nft && e->owner == owner && e->open == open)
         return 0;
     buf_t s = {0};
+    if (moved) /* kept across restarts: a restarted daemon does not start over at the lowest */
+        net_nft_cursor(&s, n->table, net_pool_cursor(&n->pool));
     if (e->in_nft)
         net_nft_elements(&s, n->table, e, false);
     struct net_entry next = *e;
@@ -274,13 +314,22 @@ static int sync_rules(net_t *n, struct net_entry *e, int64_t owner, bool open, e
     return 0;
 }
 
-/* Remove id's elements; if the batch fails (one already gone), each on its own. */
+/* Keep ip from being handed out again for a while, in memory and in the table (so a restart
+ * keeps it too). */
+static void quarantine(net_t *n, uint32_t ip, buf_t *script)
+{
+    net_pool_quarantine(&n->pool, ip, now_mono_ms() + QUARANTINE_S * 1000.0);
+    net_nft_quarantine(script, n->table, ip, QUARANTINE_S);
+}
+
+/* Remove id's elements and quarantine its address; if the batch fails (one already gone),
+ * each command on its own. */
 static void drop_rules(net_t *n, struct net_entry *e)
 {
-    if (!e->in_nft)
-        return;
     buf_t s = {0};
-    net_nft_elements(&s, n->table, e, false);
+    quarantine(n, e->ip, &s);
+    if (e->in_nft)
+        net_nft_elements(&s, n->table, e, false);
     if (net_nft_run(s.data, NULL, NULL) < 0) {
         char *save = NULL;
         for (char *line = strtok_r(s.data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -292,14 +341,45 @@ static void drop_rules(net_t *n, struct net_entry *e)
     e->in_nft = false;
 }
 
+/*
+ * The address of a sandbox new here: ip_s if given (a known sandbox's), else the next free one
+ * the host tracks no flow of; one that still has some goes back to quarantine. Either way no
+ * flow of an earlier holder survives: a new owner never inherits an "established" one.
+ */
+static struct net_entry *claim_new(net_t *n, const char *id, const char *ip_s, err_t *err)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        struct net_entry *e = claim(n, id, ip_s, err);
+        if (!e)
+            return NULL;
+        uint32_t ip = e->ip;
+        int found = net_ct_flush(ip, err);
+        if (found == 0 || (found > 0 && ip_s))
+            return e;
+        net_pool_release(&n->pool, id);
+        if (found < 0)
+            return NULL;
+        char a[16];
+        net_ip_format(ip, a);
+        log_info("net.quarantine", "ip=%s tracked_flows=%d msg=\"flows remain: not handed out\"", a,
+                 found);
+        buf_t s = {0};
+        quarantine(n, ip, &s);
+        net_nft_run(s.data, NULL, NULL); /* best effort: memory holds it for this run */
+        buf_free(&s);
+    }
+    err_set(err, ERR_LIMIT, 0, "no_address", "no free address without tracked flows left");
+    return NULL;
+}
+
 /* Address and rules, under the lock; *fresh tells whether id had no address before. */
 static int setup_rules(net_t *n, const char *id, int64_t owner, bool open, const char *ip,
                        uint32_t *out_ip, bool *fresh, err_t *err)
 {
     pthread_mutex_lock(&n->lock);
     *fresh = net_pool_find(&n->pool, id) == NULL;
-    struct net_entry *e = claim(n, id, ip, err);
-    int rc = e ? sync_rules(n, e, owner, open, err) : -1;
+    struct net_entry *e = *fresh ? claim_new(n, id, ip, err) : claim(n, id, ip, err);
+    int rc = e ? sync_rules(n, e, owner, open, *fresh && !ip, err) : -1;
     if (rc == 0)
         *out_ip = e->ip;
     else if (e && *fresh)
@@ -376,6 +456,10 @@ static int plumb(net_t *n, struct plumb *p, err_t *err)
     int idx = host_veth(n, p, bridge, err);
     if (idx < 0 || host_port(p, idx, err) < 0 || inside(n, p, err) < 0)
         return -1;
+    /* The host's entry for the address is fixed: nothing a sandbox sends can move it. */
+    int rc = net_rtnl_neigh_set(&p->host, bridge, p->ip, p->mac);
+    if (rc < 0)
+        return rt_fail(err, rc, "set the neighbour entry of", p->id);
     /* Re-asserted on every setup: writing net.ipv4.ip_forward resets it. */
     return bridge_sysctls(n, err);
 }
@@ -440,20 +524,49 @@ int net_sandbox_teardown(net_t *n, const char *id, err_t *err)
     if (net_rtnl_open(&r, err) < 0)
         return -1;
     int rc = net_rtnl_link_del(&r, ifname); /* takes eth0 in the netns with it */
-    net_rtnl_close(&r);
-    if (rc < 0)
+    if (rc < 0) {
+        net_rtnl_close(&r);
         return rt_fail(err, rc, "delete veth", ifname);
+    }
     pthread_mutex_lock(&n->lock);
     struct net_entry *e = net_pool_find(&n->pool, id);
+    uint32_t ip = e ? e->ip : 0;
     if (e)
         drop_rules(n, e);
     net_pool_release(&n->pool, id);
     pthread_mutex_unlock(&n->lock);
+    int bridge = ip ? net_rtnl_link_get(&r, n->bridge, NULL, NULL) : -1;
+    if (bridge > 0)
+        net_rtnl_neigh_del(&r, bridge, ip);
+    net_rtnl_close(&r);
+    /* After the veth: nothing of the sandbox's own makes new entries any more. A failure
+     * does not keep the rest here: the address is in quarantine, and the allocator checks
+     * (and flushes) an address's flows again before handing it out. */
+    err_t ct_err = {0};
+    if (ip && net_ct_flush(ip, &ct_err) < 0)
+        log_warn("net.conntrack", "sandbox=%s msg=\"%s\"", id, ct_err.msg);
     _cleanup_free_ char *path = netns_path(n, id);
     if (net_netns_remove(path, err) < 0)
         return -1;
     log_info("net.sandbox_teardown", "sandbox=%s if=%s", id, ifname);
     return 0;
+}
+
+bool net_address_on_host(const net_t *n, uint32_t addr)
+{
+    uint32_t ip = ntohl(addr);
+    uint32_t mask = 0xffffffffu << (32 - n->sn.prefix);
+    if ((ip & mask) == n->sn.net) /* the bridge, the sandboxes, the subnet's broadcast */
+        return true;
+    struct net_rtnl r;
+    if (net_rtnl_open(&r, NULL) < 0)
+        return true; /* cannot tell: refuse */
+    int type = net_rtnl_route_type(&r, ip);
+    net_rtnl_close(&r);
+    if (type == -ENETUNREACH || type == -EHOSTUNREACH)
+        return false; /* no route: the connect fails on its own */
+    /* A fresh lookup each time: it follows addresses as interfaces come, go and change. */
+    return type != RTN_UNICAST;
 }
 
 int net_reserve(net_t *n, const char *id, const char *ip, err_t *err)

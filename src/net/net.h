@@ -8,6 +8,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,11 @@ int net_reserve(net_t *n, const char *id, const char *ip, err_t *err);
 
 /* Remove the veths, netns files, rules and addresses of every id not in live_ids; >= 0 removed. */
 int net_reconcile(net_t *n, const char *const *live_ids, size_t n_live, err_t *err);
+
+/* True if a connection from the host to addr (IPv4, network byte order) would reach the host
+ * itself (a local, broadcast or multicast route, looked up now) or the sandboxes' subnet:
+ * what the egress proxy must never connect to. Thread-safe. */
+bool net_address_on_host(const net_t *n, uint32_t addr);
 
 /* The host-side veth name of id on this layer's bridge (out: at least 16 bytes). */
 void net_host_ifname(const net_t *n, const char *id, char *out);

@@ -5,6 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+
 #include "common/buf.h"
 #include "common/error.h"
 
@@ -44,14 +47,23 @@ struct net_entry {
     bool in_nft;   /* its elements are in the table */
 };
 
+/* A freed address that is not handed out again before until_ms (CLOCK_MONOTONIC). */
+struct net_quarantine {
+    uint32_t ip;
+    double until_ms;
+};
+
 /* Addresses in use: a bitmap over the subnet plus the id -> entry list. */
 struct net_pool {
     struct net_subnet sn;
     uint8_t *used; /* one bit per address offset in the subnet */
+    uint8_t *quar; /* one bit per offset: has an entry in quarantine (maybe expired) */
     uint32_t size; /* addresses in the subnet */
     uint32_t next; /* next-fit cursor: addresses are reused as late as possible */
     struct net_entry *ents;
     size_t n, cap;
+    struct net_quarantine *q;
+    size_t n_q, cap_q;
 };
 
 /* Start an empty pool over sn. */
@@ -62,12 +74,20 @@ void net_pool_free(struct net_pool *p);
 struct net_entry *net_pool_find(struct net_pool *p, const char *id);
 /* The entry holding ip, or NULL. */
 struct net_entry *net_pool_find_ip(struct net_pool *p, uint32_t ip);
-/* Give id the next free address (next-fit); ERR_LIMIT when the subnet is full. */
+/* Give id the next free address not in quarantine (next-fit); ERR_LIMIT when none is left. */
 struct net_entry *net_pool_alloc(struct net_pool *p, const char *id, err_t *err);
 /* Give id exactly ip; ERR_CONFLICT if another id holds it or id holds another address. */
 struct net_entry *net_pool_reserve(struct net_pool *p, const char *id, uint32_t ip, err_t *err);
 /* Forget id and free its address (no-op if unknown). */
 void net_pool_release(struct net_pool *p, const char *id);
+/* Keep ip from being allocated before until_ms (now_mono_ms() clock); extends, never shortens. */
+void net_pool_quarantine(struct net_pool *p, uint32_t ip, double until_ms);
+/* True if ip is in quarantine at now_ms (expired entries are forgotten on the way). */
+bool net_pool_quarantined(struct net_pool *p, uint32_t ip, double now_ms);
+/* The cursor as an address (what to persist), and setting it back from one (ignored if outside
+ * the subnet). */
+uint32_t net_pool_cursor(const struct net_pool *p);
+void net_pool_set_cursor(struct net_pool *p, uint32_t ip);
 
 /* ---- nftables (nft.c) ---- */
 
@@ -85,7 +105,13 @@ char *net_nft_ruleset(const struct net_rules_cfg *c);
 int net_nft_run(const char *script, buf_t *out, err_t *err);
 /* Append the element add (add=true) or delete commands of entry e to script. */
 void net_nft_elements(buf_t *script, const char *table, const struct net_entry *e, bool add);
-/* Read every sandbox element of the table into the pool (after a restart). */
+/* Append commands that put ip in the quarantine set for seconds. */
+void net_nft_quarantine(buf_t *script, const char *table, uint32_t ip, int seconds);
+/* Append commands that record the pool's cursor (an address) in the table. */
+void net_nft_cursor(buf_t *script, const char *table, uint32_t ip);
+/* Append the ARP table's bound element of e (add, as after an upgrade: existing ones stay). */
+void net_nft_arp_bound(buf_t *script, const char *table, const struct net_entry *e);
+/* Read every sandbox element, the quarantine and the cursor of the table into the pool. */
 int net_nft_load(const char *table, struct net_pool *p, err_t *err);
 
 /* ---- /etc files (etc.c) ---- */
@@ -97,11 +123,31 @@ int net_host_nameservers(char out[][16], int max);
 
 /* ---- rtnetlink (rtnl.c) ---- */
 
-/* A NETLINK_ROUTE socket, bound to the netns it was created in. */
+/* A NETLINK_ROUTE socket (or another netlink family), bound to the netns it was created in. */
 struct net_rtnl {
     int fd;
     uint32_t seq;
 };
+
+/* One netlink request being built. */
+typedef struct {
+    union {
+        struct nlmsghdr h;
+        char raw[2048];
+    };
+} net_nlreq_t;
+
+/* Called for each message of a reply; < 0 (an errno) stops. */
+typedef int (*net_nl_reply_fn)(const struct nlmsghdr *h, void *ctx);
+
+/* Start request q: type, flags (NLM_F_REQUEST is added), then a family header; returns it. */
+void *net_nl_init(net_nlreq_t *q, uint16_t type, uint16_t flags, const void *hdr, size_t len);
+/* Append an attribute (abort()s past the buffer: requests are built from bounded data). */
+void net_nl_put(net_nlreq_t *q, uint16_t type, const void *data, size_t len);
+/* Send q and read its replies (a dump's until DONE); 0 or a negative errno. */
+int net_nl_exchange(struct net_rtnl *r, net_nlreq_t *q, net_nl_reply_fn fn, void *ctx, bool dump);
+/* Index attributes a..len by type (nested flag masked) into tb[0..max]. */
+void net_nl_attrs(struct rtattr *tb[], int max, struct rtattr *a, int len);
 
 /* Open an rtnetlink socket in the calling thread's netns. */
 int net_rtnl_open(struct net_rtnl *r, err_t *err);
@@ -130,9 +176,21 @@ int net_rtnl_route_default(struct net_rtnl *r, uint32_t gw);
 int net_rtnl_port_lock(struct net_rtnl *r, int ifindex);
 /* Add a static bridge FDB entry mac -> port ifindex. */
 int net_rtnl_fdb_add(struct net_rtnl *r, int ifindex, const unsigned char mac[6]);
+/* Set a permanent neighbour entry ip -> mac on ifindex (replacing a learned one). */
+int net_rtnl_neigh_set(struct net_rtnl *r, int ifindex, uint32_t ip, const unsigned char mac[6]);
+/* Delete the neighbour entry of ip on ifindex (a missing one is not an error). */
+int net_rtnl_neigh_del(struct net_rtnl *r, int ifindex, uint32_t ip);
+/* The type of the host's route to ip (RTN_LOCAL, RTN_UNICAST, ...), or a negative errno. */
+int net_rtnl_route_type(struct net_rtnl *r, uint32_t ip);
 /* Call fn with the name of every link whose master is master (fn may not use r). */
 int net_rtnl_ports(struct net_rtnl *r, int master, void (*fn)(const char *name, void *ctx),
                    void *ctx);
+
+/* ---- connection tracking (conntrack.c) ---- */
+
+/* Delete the host's conntrack entries with ip on either side (original or reply direction);
+ * the number found (>= 0), or -1 with err set. */
+int net_ct_flush(uint32_t ip, err_t *err);
 
 /* ---- network namespaces and sysctls (netns.c) ---- */
 

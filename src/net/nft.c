@@ -1,8 +1,10 @@
 /*
- * The nftables side: one table (family inet, default name "sandboxer") fed to `nft -f -`
- * as a script on stdin. Every script runs as one atomic transaction, so the table is never
- * seen half-built. Per-sandbox state lives in sets and maps keyed by the sandbox's address;
- * adding or removing a sandbox changes elements, never rules.
+ * The nftables side: one table (family inet, default name "sandboxer") plus a table of the
+ * same name in family arp, fed to `nft -f -` as a script on stdin. Every script runs as one
+ * atomic transaction, so the tables are never seen half-built. Per-sandbox state lives in sets
+ * and maps keyed by the sandbox's address; adding or removing a sandbox changes elements,
+ * never rules. The inet table also keeps the address pool's own state across restarts: the
+ * next-fit cursor and the quarantine of freed addresses (with kernel-side timeouts).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +48,11 @@ static void sets(buf_t *b, const char *t)
     buf_printf(b, "add set inet %s host_ports { type inet_service; }\n", t);
     buf_printf(b, "add set inet %s dns { type ipv4_addr; }\n", t);
     buf_printf(b, "add set inet %s private4 { type ipv4_addr; flags interval; }\n", t);
+    buf_printf(b, "add set inet %s quarantine { type ipv4_addr; flags timeout; }\n", t);
+    buf_printf(b, "add set inet %s cursor { type ipv4_addr; }\n", t);
+    /* ARP is not an inet protocol: its filter is a table of the arp family. */
+    buf_printf(b, "add table arp %s\n", t);
+    buf_printf(b, "add set arp %s bound { type ipv4_addr . ether_addr; }\n", t);
 }
 
 static void constants(buf_t *b, const struct net_rules_cfg *c)
@@ -70,27 +77,39 @@ static const char *const chains[] = {
     "to_sandbox",
 };
 
+static const char *const arp_chains[] = {
+    "input { type filter hook input priority filter; policy accept; }",
+    "from_sandbox",
+};
+
 /*
  * The rules, in words. "$BR" stands for the bridge and "$GW" for the gateway address.
  * Base chains accept by default: the table only ever decides about traffic to, from or
  * through the bridge, and leaves the rest of the host's traffic to whoever else filters it.
+ * The bound check (address . MAC) comes before any "established" accept, and so does the
+ * owner check between sandboxes: a flow the host tracked for an address that has since
+ * changed hands is not a way in.
  */
 static const char *const rules[] = {
-    /* To the host itself (the gateway, any host address): only replies to connections the
-     * host opened (the daemon's proxy), and the allowed host ports on the gateway. */
+    /* To the host itself (the gateway, any host address): only from the address bound to
+     * the sender's MAC, then replies to connections the host opened (the daemon's proxy), and
+     * the allowed host ports on the gateway. */
     "input iifname \"$BR\" jump sandbox_to_host",
+    "sandbox_to_host meta nfproto != ipv4 counter drop",
+    "sandbox_to_host ip saddr . ether saddr != @bound counter drop",
     "sandbox_to_host ct state established,related accept",
-    "sandbox_to_host ip saddr . ether saddr @bound ip daddr $GW tcp dport @host_ports accept",
+    "sandbox_to_host ip daddr $GW tcp dport @host_ports accept",
     "sandbox_to_host counter drop",
     "forward iifname \"$BR\" jump from_sandbox",
     "forward oifname \"$BR\" jump to_sandbox",
     /* Routed from a sandbox: IPv4 only, from the address bound to the sender's MAC (the
-     * bridge port only admits that MAC), then peers of the same owner, then the world. */
+     * bridge port only admits that MAC), then peers of the same owner (every packet, not
+     * only new flows), then the world. */
     "from_sandbox meta nfproto != ipv4 counter drop",
     "from_sandbox ip saddr . ether saddr != @bound counter drop",
-    "from_sandbox ct state established,related accept",
     "from_sandbox ct state invalid drop",
     "from_sandbox oifname \"$BR\" goto sandbox_to_sandbox",
+    "from_sandbox ct state established,related accept",
     "from_sandbox ip saddr @egress_open ip daddr @dns meta l4proto { tcp, udp } th dport 53 accept",
     "from_sandbox ip daddr @private4 counter drop",
     "from_sandbox ip saddr @egress_open accept",
@@ -99,13 +118,23 @@ static const char *const rules[] = {
      * member: one lookup each, however many owners and sandboxes there are. */
     "sandbox_to_sandbox meta mark set ip saddr map @owner ip daddr . meta mark @member accept",
     "sandbox_to_sandbox counter drop",
-    /* Into the bridge from anywhere else: only replies (NAT'd egress, DNS). */
-    "to_sandbox ct state established,related accept",
+    /* Into the bridge from anywhere else: only replies (NAT'd egress, DNS), and only to a
+     * sandbox whose egress is open now. */
+    "to_sandbox ip daddr @egress_open ct state established,related accept",
     "to_sandbox counter drop",
     /* Sandbox-to-sandbox packets leave by the port they came in: the host would answer
      * with ICMP redirects ("talk directly"), which isolated ports make meaningless. */
     "output oifname \"$BR\" icmp type redirect drop",
     "postrouting ip saddr @egress_open oifname != \"$BR\" masquerade",
+};
+
+/* ARP the host receives from the bridge: the sender's (address, MAC) must be a bound pair, so
+ * no sandbox can claim another's address (or a free one) in the host's neighbour table. */
+static const char *const arp_rules[] = {
+    "input iifname \"$BR\" jump from_sandbox",
+    "from_sandbox arp htype 1 arp ptype ip arp hlen 6 arp plen 4 "
+    "arp saddr ip . arp saddr ether @bound accept",
+    "from_sandbox counter drop",
 };
 
 /* Append rule with $BR and $GW replaced. */
@@ -138,6 +167,16 @@ char *net_nft_ruleset(const struct net_rules_cfg *c)
         expand(&b, rules[i], c->bridge, gw);
         buf_puts(&b, "\n");
     }
+    for (size_t i = 0; i < ARRAY_SIZE(arp_chains); i++)
+        buf_printf(&b, "add chain arp %s %s\n", c->table, arp_chains[i]);
+    for (size_t i = 0; i < ARRAY_SIZE(arp_chains); i++)
+        buf_printf(&b, "flush chain arp %s %.*s\n", c->table, (int)strcspn(arp_chains[i], " "),
+                   arp_chains[i]);
+    for (size_t i = 0; i < ARRAY_SIZE(arp_rules); i++) {
+        buf_printf(&b, "add rule arp %s ", c->table);
+        expand(&b, arp_rules[i], c->bridge, gw);
+        buf_puts(&b, "\n");
+    }
     return buf_steal(&b);
 }
 
@@ -155,8 +194,34 @@ void net_nft_elements(buf_t *s, const char *table, const struct net_entry *e, bo
         buf_printf(s, "delete element inet %s owner { %s }\n", table, ip);
     buf_printf(s, "%s element inet %s member { %s . %llu }\n", verb, table, ip, owner);
     buf_printf(s, "%s element inet %s bound { %s . %s }\n", verb, table, ip, mac);
+    buf_printf(s, "%s element arp %s bound { %s . %s }\n", verb, table, ip, mac);
     if (e->open)
         buf_printf(s, "%s element inet %s egress_open { %s }\n", verb, table, ip);
+}
+
+void net_nft_arp_bound(buf_t *s, const char *table, const struct net_entry *e)
+{
+    char ip[16], mac[18];
+    net_ip_format(e->ip, ip);
+    net_mac_for_ip(e->ip, mac);
+    buf_printf(s, "add element arp %s bound { %s . %s }\n", table, ip, mac);
+}
+
+void net_nft_quarantine(buf_t *s, const char *table, uint32_t ip, int seconds)
+{
+    char a[16];
+    net_ip_format(ip, a);
+    /* add, delete, add: a fresh timeout whether or not the element was there */
+    buf_printf(s, "add element inet %s quarantine { %s timeout %ds }\n", table, a, seconds);
+    buf_printf(s, "delete element inet %s quarantine { %s }\n", table, a);
+    buf_printf(s, "add element inet %s quarantine { %s timeout %ds }\n", table, a, seconds);
+}
+
+void net_nft_cursor(buf_t *s, const char *table, uint32_t ip)
+{
+    char a[16];
+    net_ip_format(ip, a);
+    buf_printf(s, "flush set inet %s cursor\nadd element inet %s cursor { %s }\n", table, table, a);
 }
 
 /* ---- running nft ---- */
@@ -323,6 +388,30 @@ static void load_open(json_t *elems, struct net_pool *p)
     }
 }
 
+/* {"elem": {"val": "10.88.0.3", "timeout": 300, "expires": 299}}: in quarantine that long. */
+static void load_quarantine(json_t *elems, struct net_pool *p)
+{
+    size_t i;
+    json_t *it;
+    double now = now_mono_ms();
+    json_array_foreach(elems, i, it)
+    {
+        json_t *exp = json_object_get(json_object_get(it, "elem"), "expires");
+        const char *s = elem_value(it);
+        uint32_t ip;
+        if (s && net_ip_parse(s, &ip) && json_is_number(exp))
+            net_pool_quarantine(p, ip, now + json_number_value(exp) * 1000.0);
+    }
+}
+
+static void load_cursor(json_t *elems, struct net_pool *p)
+{
+    const char *s = elem_value(json_array_get(elems, 0));
+    uint32_t ip;
+    if (s && net_ip_parse(s, &ip))
+        net_pool_set_cursor(p, ip);
+}
+
 int net_nft_load(const char *table, struct net_pool *p, err_t *err)
 {
     buf_t out = {0};
@@ -345,8 +434,15 @@ int net_nft_load(const char *table, struct net_pool *p, err_t *err)
     }
     json_array_foreach(items, i, it)
     {
-        if ((m = json_object_get(it, "set")) && name_is(json_object_get(m, "name"), "egress_open"))
-            load_open(json_object_get(m, "elem"), p);
+        if (!(m = json_object_get(it, "set")))
+            continue;
+        json_t *name = json_object_get(m, "name"), *elems = json_object_get(m, "elem");
+        if (name_is(name, "egress_open"))
+            load_open(elems, p);
+        else if (name_is(name, "quarantine"))
+            load_quarantine(elems, p);
+        else if (name_is(name, "cursor"))
+            load_cursor(elems, p);
     }
     return 0;
 }

@@ -106,27 +106,40 @@ void net_pool_init(struct net_pool *p, const struct net_subnet *sn)
     p->sn = *sn;
     p->size = 1u << (32 - sn->prefix);
     p->used = xcalloc(p->size / 8 + 1, 1);
+    p->quar = xcalloc(p->size / 8 + 1, 1);
     p->next = 2;
 }
 
 void net_pool_free(struct net_pool *p)
 {
     free(p->used);
+    free(p->quar);
+    free(p->q);
     free(p->ents);
     memset(p, 0, sizeof(*p));
 }
 
+static bool get_bit(const uint8_t *map, uint32_t off)
+{
+    return map[off / 8] & (1u << (off % 8));
+}
+
+static void put_bit(uint8_t *map, uint32_t off, bool on)
+{
+    if (on)
+        map[off / 8] |= (uint8_t)(1u << (off % 8));
+    else
+        map[off / 8] &= (uint8_t) ~(1u << (off % 8));
+}
+
 static bool bit(const struct net_pool *p, uint32_t off)
 {
-    return p->used[off / 8] & (1u << (off % 8));
+    return get_bit(p->used, off);
 }
 
 static void set_bit(struct net_pool *p, uint32_t off, bool on)
 {
-    if (on)
-        p->used[off / 8] |= (uint8_t)(1u << (off % 8));
-    else
-        p->used[off / 8] &= (uint8_t) ~(1u << (off % 8));
+    put_bit(p->used, off, on);
 }
 
 struct net_entry *net_pool_find(struct net_pool *p, const char *id)
@@ -164,16 +177,20 @@ static struct net_entry *add_entry(struct net_pool *p, const char *id, uint32_t 
 
 struct net_entry *net_pool_alloc(struct net_pool *p, const char *id, err_t *err)
 {
-    /* Next-fit, so a freed address is handed out again as late as possible: a stale
-     * conntrack entry or ARP cache line for it has long expired by then. */
+    /* Next-fit, so a freed address is handed out again as late as possible, and never while
+     * in quarantine (the caller also checks that the host tracks no flow of it). */
+    double now = now_mono_ms();
     for (uint32_t i = 0; i < p->size; i++) {
         uint32_t off = (p->next + i) % p->size;
-        if (!net_subnet_assignable(&p->sn, p->sn.net + off) || bit(p, off))
+        if (!net_subnet_assignable(&p->sn, p->sn.net + off) || bit(p, off) ||
+            net_pool_quarantined(p, p->sn.net + off, now))
             continue;
         p->next = (off + 1) % p->size;
         return add_entry(p, id, p->sn.net + off);
     }
-    err_set(err, ERR_LIMIT, 0, "no_address", "no free address left in the sandbox subnet");
+    err_set(err, ERR_LIMIT, 0, "no_address",
+            "no free address left in the sandbox subnet (%zu freed ones are in quarantine)",
+            p->n_q);
     return NULL;
 }
 
@@ -207,4 +224,51 @@ void net_pool_release(struct net_pool *p, const char *id)
         return;
     set_bit(p, e->ip - p->sn.net, false);
     *e = p->ents[--p->n];
+}
+
+void net_pool_quarantine(struct net_pool *p, uint32_t ip, double until_ms)
+{
+    if (!net_subnet_assignable(&p->sn, ip))
+        return;
+    uint32_t off = ip - p->sn.net;
+    for (size_t i = 0; get_bit(p->quar, off) && i < p->n_q; i++) {
+        if (p->q[i].ip == ip) {
+            if (p->q[i].until_ms < until_ms)
+                p->q[i].until_ms = until_ms;
+            return;
+        }
+    }
+    if (p->n_q == p->cap_q) {
+        p->cap_q = p->cap_q ? p->cap_q * 2 : 16;
+        p->q = xrealloc(p->q, p->cap_q * sizeof(*p->q));
+    }
+    p->q[p->n_q++] = (struct net_quarantine){ip, until_ms};
+    put_bit(p->quar, off, true);
+}
+
+bool net_pool_quarantined(struct net_pool *p, uint32_t ip, double now_ms)
+{
+    if (!net_subnet_assignable(&p->sn, ip) || !get_bit(p->quar, ip - p->sn.net))
+        return false;
+    for (size_t i = 0; i < p->n_q; i++) {
+        if (p->q[i].ip != ip)
+            continue;
+        if (p->q[i].until_ms > now_ms)
+            return true;
+        p->q[i] = p->q[--p->n_q]; /* expired */
+        break;
+    }
+    put_bit(p->quar, ip - p->sn.net, false);
+    return false;
+}
+
+uint32_t net_pool_cursor(const struct net_pool *p)
+{
+    return p->sn.net + p->next;
+}
+
+void net_pool_set_cursor(struct net_pool *p, uint32_t ip)
+{
+    if ((ip & ~(p->size - 1)) == p->sn.net)
+        p->next = ip - p->sn.net;
 }

@@ -20,13 +20,7 @@
 #include "common/util.h"
 #include "net_internal.h"
 
-/* One request being built. */
-typedef struct {
-    union {
-        struct nlmsghdr h;
-        char raw[2048];
-    };
-} nlreq_t;
+typedef net_nlreq_t nlreq_t;
 
 static void *req_init(nlreq_t *q, uint16_t type, uint16_t flags, const void *hdr, size_t len)
 {
@@ -99,7 +93,7 @@ void net_rtnl_close(struct net_rtnl *r)
     r->fd = -1;
 }
 
-typedef int (*reply_fn)(const struct nlmsghdr *h, void *ctx);
+typedef net_nl_reply_fn reply_fn;
 
 /* Walk one datagram of replies; 1 when the request is complete, 0 for more, < 0 an errno. */
 static int walk(const struct net_rtnl *r, const char *buf, size_t n, reply_fn fn, void *ctx)
@@ -151,8 +145,23 @@ static int talk(struct net_rtnl *r, nlreq_t *q, reply_fn fn, void *ctx)
     return exchange(r, q, fn, ctx, false);
 }
 
-/* Attributes of a link reply, indexed by type. */
-static void parse_attrs(struct rtattr *tb[], int max, struct rtattr *a, int len)
+/* The generic pieces, for the other netlink families of this layer (conntrack.c). */
+void *net_nl_init(net_nlreq_t *q, uint16_t type, uint16_t flags, const void *hdr, size_t len)
+{
+    return req_init(q, type, flags, hdr, len);
+}
+
+void net_nl_put(net_nlreq_t *q, uint16_t type, const void *data, size_t len)
+{
+    put(q, type, data, len);
+}
+
+int net_nl_exchange(struct net_rtnl *r, net_nlreq_t *q, net_nl_reply_fn fn, void *ctx, bool dump)
+{
+    return exchange(r, q, fn, ctx, dump);
+}
+
+void net_nl_attrs(struct rtattr *tb[], int max, struct rtattr *a, int len)
 {
     memset(tb, 0, sizeof(*tb) * (size_t)(max + 1));
     for (; RTA_OK(a, len); a = RTA_NEXT(a, len))
@@ -172,14 +181,14 @@ static int on_link(const struct nlmsghdr *h, void *ctx)
         return 0;
     const struct ifinfomsg *ifi = NLMSG_DATA(h);
     struct rtattr *tb[IFLA_MAX + 1], *info[IFLA_INFO_MAX + 1];
-    parse_attrs(tb, IFLA_MAX, IFLA_RTA(ifi), (int)IFLA_PAYLOAD(h));
+    net_nl_attrs(tb, IFLA_MAX, IFLA_RTA(ifi), (int)IFLA_PAYLOAD(h));
     li->index = ifi->ifi_index;
     li->master = tb[IFLA_MASTER] ? *(int *)RTA_DATA(tb[IFLA_MASTER]) : 0;
     if (tb[IFLA_IFNAME])
         snprintf(li->name, sizeof(li->name), "%s", (char *)RTA_DATA(tb[IFLA_IFNAME]));
     if (tb[IFLA_LINKINFO]) {
-        parse_attrs(info, IFLA_INFO_MAX, RTA_DATA(tb[IFLA_LINKINFO]),
-                    (int)RTA_PAYLOAD(tb[IFLA_LINKINFO]));
+        net_nl_attrs(info, IFLA_INFO_MAX, RTA_DATA(tb[IFLA_LINKINFO]),
+                     (int)RTA_PAYLOAD(tb[IFLA_LINKINFO]));
         if (info[IFLA_INFO_KIND])
             snprintf(li->kind, sizeof(li->kind), "%s", (char *)RTA_DATA(info[IFLA_INFO_KIND]));
     }
@@ -310,6 +319,7 @@ int net_rtnl_port_lock(struct net_rtnl *r, int ifindex)
     put_u8(&q, IFLA_BRPORT_LEARNING, 0);      /* nothing the sandbox sends moves an FDB entry */
     put_u8(&q, IFLA_BRPORT_UNICAST_FLOOD, 0); /* never sees frames for other MACs */
     put_u8(&q, IFLA_BRPORT_MCAST_FLOOD, 0);
+    put_u8(&q, IFLA_BRPORT_BCAST_FLOOD, 0); /* nor the host's ARP requests for other addresses */
     nest_end(&q, pi);
     return talk(r, &q, NULL, NULL);
 }
@@ -324,6 +334,47 @@ int net_rtnl_fdb_add(struct net_rtnl *r, int ifindex, const unsigned char mac[6]
     req_init(&q, RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE, &nd, sizeof(nd));
     put(&q, NDA_LLADDR, mac, 6);
     return talk(r, &q, NULL, NULL);
+}
+
+int net_rtnl_neigh_set(struct net_rtnl *r, int ifindex, uint32_t ip, const unsigned char mac[6])
+{
+    nlreq_t q;
+    struct ndmsg nd = {.ndm_family = AF_INET, .ndm_ifindex = ifindex, .ndm_state = NUD_PERMANENT};
+    req_init(&q, RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE, &nd, sizeof(nd));
+    uint32_t be = htonl(ip);
+    put(&q, NDA_DST, &be, 4);
+    put(&q, NDA_LLADDR, mac, 6);
+    return talk(r, &q, NULL, NULL);
+}
+
+int net_rtnl_neigh_del(struct net_rtnl *r, int ifindex, uint32_t ip)
+{
+    nlreq_t q;
+    struct ndmsg nd = {.ndm_family = AF_INET, .ndm_ifindex = ifindex};
+    req_init(&q, RTM_DELNEIGH, 0, &nd, sizeof(nd));
+    uint32_t be = htonl(ip);
+    put(&q, NDA_DST, &be, 4);
+    int rc = talk(r, &q, NULL, NULL);
+    return rc == -ENOENT ? 0 : rc;
+}
+
+static int on_route(const struct nlmsghdr *h, void *ctx)
+{
+    if (h->nlmsg_type == RTM_NEWROUTE)
+        *(int *)ctx = ((const struct rtmsg *)NLMSG_DATA(h))->rtm_type;
+    return 0;
+}
+
+int net_rtnl_route_type(struct net_rtnl *r, uint32_t ip)
+{
+    nlreq_t q;
+    struct rtmsg rt = {.rtm_family = AF_INET, .rtm_dst_len = 32};
+    req_init(&q, RTM_GETROUTE, 0, &rt, sizeof(rt));
+    uint32_t be = htonl(ip);
+    put(&q, RTA_DST, &be, 4);
+    int type = -ENOENT;
+    int rc = talk(r, &q, on_route, &type);
+    return rc < 0 ? rc : type;
 }
 
 struct ports_ctx {

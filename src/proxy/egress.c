@@ -2,7 +2,8 @@
  * The egress proxy (egress.h). A thread accepts; each connection gets a detached thread that
  * reads one request head, checks the client's allow list, connects and relays both ways until
  * either side is done. Everything is bounded: the head's size, how long it may take to come,
- * how long a tunnel may idle, how many connections run at once.
+ * how long a tunnel may idle, how many connections run at once, in all and per sandbox (a
+ * client address is one sandbox's: the bridge binds each address to its sandbox's port).
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -28,11 +29,18 @@
 #include "egress.h"
 #include "upstream.h"
 
-#define HEAD_MAX        16384  /* a request head larger than this is refused */
-#define HEAD_TIMEOUT_S  10     /* to send the head */
-#define CONNECT_MS      10000  /* to reach the destination */
-#define IDLE_TIMEOUT_MS 300000 /* a tunnel with no traffic either way for this long ends */
-#define MAX_CONNS       256
+#define HEAD_MAX         16384  /* a request head larger than this is refused */
+#define HEAD_TIMEOUT_S   10     /* to send the head */
+#define CONNECT_MS       10000  /* to reach the destination */
+#define IDLE_TIMEOUT_MS  300000 /* a tunnel with no traffic either way for this long ends */
+#define MAX_CONNS        256
+#define MAX_CONNS_CLIENT 32
+
+/* How many connections one client address holds. */
+struct client_count {
+    uint32_t addr;
+    int n;
+};
 
 struct egress {
     struct egress_config cfg;
@@ -42,12 +50,15 @@ struct egress {
      * and none asks the policy (the daemon's sandboxes) after egress_stop returns. */
     pthread_mutex_t lock;
     int conns;
+    struct client_count *clients; /* at most cfg.max_conns: each holds a connection */
+    size_t n_clients;
     bool stopped;
 };
 
 struct conn {
     egress_t *e;
     int fd;
+    uint32_t addr;
     char client[INET_ADDRSTRLEN];
 };
 
@@ -188,8 +199,22 @@ static bool split_authority(const char *a, size_t n, char *host, size_t hsize, i
     return true;
 }
 
-/* The first public IPv4 address of host; false (and why) if none. */
-static bool resolve(const char *host, char *ip, const char **why)
+/* May the proxy connect to addr: public, and not one of the host's own (asked each time, under
+ * the lock, as the policy is: the network layer is not asked once the proxy is stopped). */
+static bool reachable(egress_t *e, uint32_t addr)
+{
+    if (!egress_address_public(addr))
+        return false;
+    if (!e->cfg.refuse)
+        return true;
+    pthread_mutex_lock(&e->lock);
+    bool ok = !e->stopped && !e->cfg.refuse(e->cfg.refuse_ctx, addr);
+    pthread_mutex_unlock(&e->lock);
+    return ok;
+}
+
+/* The first IPv4 address of host the proxy may connect to; false (and why) if none. */
+static bool resolve(egress_t *e, const char *host, char *ip, const char **why)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
@@ -199,14 +224,14 @@ static bool resolve(const char *host, char *ip, const char **why)
     bool found = false;
     for (struct addrinfo *r = res; r && !found; r = r->ai_next) {
         struct sockaddr_in *sa = (struct sockaddr_in *)r->ai_addr;
-        if (egress_address_public(sa->sin_addr.s_addr)) {
+        if (reachable(e, sa->sin_addr.s_addr)) {
             inet_ntop(AF_INET, &sa->sin_addr, ip, INET_ADDRSTRLEN);
             found = true;
         }
     }
     freeaddrinfo(res);
     if (!found)
-        *why = "it resolves only to private, loopback or reserved addresses";
+        *why = "it resolves only to private, loopback, reserved or this host's own addresses";
     return found;
 }
 
@@ -343,7 +368,7 @@ static void serve(struct conn *c, buf_t *b, buf_t *out)
     }
     char ip[INET_ADDRSTRLEN];
     const char *why = "";
-    if (!resolve(host, ip, &why)) {
+    if (!resolve(c->e, host, ip, &why)) {
         log_info("egress.denied", "client=%s host=%s port=%d why=\"%s\"", c->client, host, port,
                  why);
         reply(c->fd, 403, "Forbidden", "sandboxer: %s is not reachable: %s", host, why);
@@ -378,13 +403,49 @@ static void egress_free(egress_t *e)
     if (e->stop_fd >= 0)
         close(e->stop_fd);
     pthread_mutex_destroy(&e->lock);
+    free(e->clients);
     free(e);
 }
 
-/* One connection fewer; true if it was the last of a stopped proxy (the caller frees it). */
-static bool conn_done(egress_t *e)
+/* addr's count, or NULL. Called with the lock held. */
+static struct client_count *client_find(egress_t *e, uint32_t addr)
+{
+    for (size_t i = 0; i < e->n_clients; i++)
+        if (e->clients[i].addr == addr)
+            return &e->clients[i];
+    return NULL;
+}
+
+/* Count a new connection of addr: 0, or 503 (all connections taken) or 429 (its share). */
+static int conn_admit(egress_t *e, uint32_t addr)
 {
     pthread_mutex_lock(&e->lock);
+    struct client_count *c = client_find(e, addr);
+    int status = 0;
+    if (e->conns >= e->cfg.max_conns)
+        status = 503;
+    else if (c && c->n >= e->cfg.max_conns_per_client)
+        status = 429;
+    if (status == 0) {
+        if (!c) { /* fewer clients than connections, and conns < max_conns: there is room */
+            c = &e->clients[e->n_clients++];
+            *c = (struct client_count){addr, 0};
+        }
+        c->n++;
+        e->conns++;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return status;
+}
+
+/* One connection of addr fewer; true if it was the last of a stopped proxy (the caller frees
+ * it). */
+static bool conn_done(egress_t *e, uint32_t addr)
+{
+    pthread_mutex_lock(&e->lock);
+    struct client_count *c = client_find(e, addr);
+    if (c && --c->n == 0)
+        *c = e->clients[--e->n_clients];
     bool last = --e->conns == 0 && e->stopped;
     pthread_mutex_unlock(&e->lock);
     return last;
@@ -394,15 +455,35 @@ static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     egress_t *e = c->e;
+    uint32_t addr = c->addr;
     buf_t b = {0}, out = {0};
     serve(c, &b, &out);
     buf_free(&b);
     buf_free(&out);
     close(c->fd);
     free(c);
-    if (conn_done(e))
+    if (conn_done(e, addr))
         egress_free(e);
     return NULL;
+}
+
+/* Answer a connection over a limit and close it. The answer cannot block the accepting
+ * thread for long: a fresh socket's send buffer takes it whole. */
+static void refuse(const egress_t *e, int fd, int status, uint32_t addr)
+{
+    char client[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &addr, client, sizeof(client));
+    if (status == 429) {
+        log_debug("egress.limit", "client=%s limit=per_sandbox max=%d", client,
+                  e->cfg.max_conns_per_client);
+        reply(fd, 429, "Too Many Requests",
+              "sandboxer: this sandbox already has %d proxied connections open (its share)",
+              e->cfg.max_conns_per_client);
+    } else {
+        log_debug("egress.limit", "client=%s limit=all max=%d", client, e->cfg.max_conns);
+        reply(fd, 503, "Service Unavailable", "sandboxer: too many proxied connections");
+    }
+    close(fd);
 }
 
 static void *accept_main(void *arg)
@@ -422,19 +503,15 @@ static void *accept_main(void *arg)
         int fd = accept4(e->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
-        pthread_mutex_lock(&e->lock);
-        bool full = e->conns >= MAX_CONNS;
-        if (!full)
-            e->conns++;
-        pthread_mutex_unlock(&e->lock);
-        if (full) {
-            reply(fd, 503, "Service Unavailable", "sandboxer: too many proxied connections");
-            close(fd);
+        int refused = conn_admit(e, sa.sin_addr.s_addr);
+        if (refused) {
+            refuse(e, fd, refused, sa.sin_addr.s_addr);
             continue;
         }
         struct conn *c = xcalloc(1, sizeof(*c));
         c->e = e;
         c->fd = fd;
+        c->addr = sa.sin_addr.s_addr;
         inet_ntop(AF_INET, &sa.sin_addr, c->client, sizeof(c->client));
         pthread_t t;
         pthread_attr_t attr;
@@ -443,7 +520,8 @@ static void *accept_main(void *arg)
         if (pthread_create(&t, &attr, conn_main, c) != 0) {
             close(fd);
             free(c);
-            conn_done(e); /* not the last: the proxy is not stopped while this thread runs */
+            conn_done(e, sa.sin_addr.s_addr); /* not the last: the proxy is not stopped while
+                                                  this thread runs */
         }
         pthread_attr_destroy(&attr);
     }
@@ -454,6 +532,11 @@ egress_t *egress_start(const struct egress_config *cfg, err_t *err)
 {
     egress_t *e = xcalloc(1, sizeof(*e));
     e->cfg = *cfg;
+    if (e->cfg.max_conns <= 0)
+        e->cfg.max_conns = MAX_CONNS;
+    if (e->cfg.max_conns_per_client <= 0)
+        e->cfg.max_conns_per_client = MAX_CONNS_CLIENT;
+    e->clients = xcalloc((size_t)e->cfg.max_conns, sizeof(*e->clients));
     pthread_mutex_init(&e->lock, NULL);
     e->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     e->stop_fd = eventfd(0, EFD_CLOEXEC);
@@ -473,7 +556,8 @@ egress_t *egress_start(const struct egress_config *cfg, err_t *err)
         egress_stop(e);
         return NULL;
     }
-    log_info("egress.ready", "listen=%s:%d", cfg->listen_ip, cfg->port);
+    log_info("egress.ready", "listen=%s:%d max_conns=%d max_conns_per_sandbox=%d", cfg->listen_ip,
+             cfg->port, e->cfg.max_conns, e->cfg.max_conns_per_client);
     return e;
 }
 

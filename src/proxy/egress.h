@@ -18,11 +18,19 @@
  * decref), or NULL when that sandbox does not go out through the proxy. */
 typedef json_t *(*egress_policy_fn)(void *ctx, const char *client_ip);
 
+/* True if the proxy must not connect to addr (IPv4, network byte order) although it is public:
+ * the host's own addresses, the sandboxes' subnet. */
+typedef bool (*egress_refuse_fn)(void *ctx, uint32_t addr);
+
 struct egress_config {
     const char *listen_ip; /* the gateway */
     int port;
     egress_policy_fn policy;
     void *ctx;
+    egress_refuse_fn refuse; /* NULL: only the fixed private ranges are refused */
+    void *refuse_ctx;
+    int max_conns;            /* connections at once, all sandboxes (0: 256) */
+    int max_conns_per_client; /* connections at once of one sandbox (0: 32) */
 };
 
 typedef struct egress egress_t;

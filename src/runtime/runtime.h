@@ -56,6 +56,7 @@ struct spec_opts {
     double cpus;            /* CPU quota in CPUs */
     uint64_t memory;        /* bytes */
     int64_t pids;           /* max tasks */
+    bool net_raw;           /* keep CAP_NET_RAW (raw and packet sockets) */
 };
 
 /* Build the container's config.json (a new reference in *out). */

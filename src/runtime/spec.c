@@ -11,14 +11,13 @@
 
 /*
  * Capabilities the agent (root in the sandbox) keeps: enough to run ordinary software.
- * NET_RAW is there for ping; the bridge port of each sandbox is locked to its own MAC and
- * address, so raw sockets cannot forge another sandbox's traffic.
+ * NET_RAW only when the sandbox asked for it (net_raw): raw and packet sockets can craft any
+ * frame, ARP included, and ping works without them (net.ipv4.ping_group_range below).
  */
 static const char *const caps[] = {
     "CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FOWNER",           "CAP_FSETID",
     "CAP_KILL",    "CAP_SETGID",       "CAP_SETUID",           "CAP_SETPCAP",
     "CAP_SETFCAP", "CAP_SYS_CHROOT",   "CAP_NET_BIND_SERVICE", "CAP_AUDIT_WRITE",
-    "CAP_NET_RAW",
 };
 
 static const char *const masked_paths[] = {
@@ -216,6 +215,8 @@ static json_t *process(const struct spec_opts *o)
     json_array_append_new(args, json_string("--"));
     json_array_extend(args, o->args);
     json_t *c = str_array(caps, ARRAY_SIZE(caps));
+    if (o->net_raw)
+        json_array_append_new(c, json_string("CAP_NET_RAW"));
     return json_pack("{s:b, s:{s:i, s:i}, s:o, s:O, s:s, s:{s:O, s:O, s:o}, s:o, s:b}", "terminal",
                      0, "user", "uid", 0, "gid", 0, "args", args, "env", o->env, "cwd",
                      o->cwd && *o->cwd ? o->cwd : "/", "capabilities", "bounding", c, "effective",

@@ -100,6 +100,7 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                   q->network ? q->network : m->cfg.default_network, "ports", q->ports,
                   "idle_timeout", (json_int_t)q->idle_timeout); /* -1: the daemon's default */
     json_object_set_new(spec, "interactive", json_boolean(q->interactive == 1));
+    json_object_set_new(spec, "net_raw", json_boolean(q->net_raw == 1)); /* forks keep it */
     if (q->egress_allow) /* the hosts the egress proxy lets it reach */
         json_object_set(spec, "egress_allow", q->egress_allow);
     /* The agent version it binds: forks and restores keep binding the same file. */

@@ -72,6 +72,8 @@ json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r)
     json_object_set_new(j, "network", net ? json_deep_copy(net) : json_null());
     json_t *allow = json_object_get(r->spec, "egress_allow");
     json_object_set_new(j, "egress_allow", allow ? json_deep_copy(allow) : json_null());
+    json_object_set_new(j, "net_raw",
+                        json_boolean(json_is_true(json_object_get(r->spec, "net_raw"))));
     /* Why the last change failed or fell back (a wake that could not keep memory, an idle
      * hibernation that failed): the sandbox kept working, and this says what happened. */
     json_t *last = json_object_get(r->spec, "last_error");

@@ -26,6 +26,7 @@ static const struct jfield create_fields[] = {
     {"runtime", JF_STRING, false, offsetof(struct sbx_create_req, runtime), 16, 0, 0},
     {"idle_timeout", JF_INT, false, offsetof(struct sbx_create_req, idle_timeout), 0, 0,
      86400 * 365},
+    {"net_raw", JF_BOOL, false, offsetof(struct sbx_create_req, net_raw), 0, 0, 0},
 };
 
 #define MAX_ENV     1024
@@ -142,13 +143,20 @@ static int check_resources(const struct sbx_create_req *q, err_t *err)
 
 int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)
 {
-    *q = (struct sbx_create_req){
-        .interactive = -1, .cpus = -1, .pids = -1, .is_public = -1, .idle_timeout = -1};
+    *q = (struct sbx_create_req){.interactive = -1,
+                                 .cpus = -1,
+                                 .pids = -1,
+                                 .is_public = -1,
+                                 .idle_timeout = -1,
+                                 .net_raw = -1};
     if (json_decode_fields(body, create_fields, ARRAY_SIZE(create_fields), q, err) < 0)
         return -1;
     if (!q->image == !q->snapshot)
         return err_set(err, ERR_INVALID, 0, "missing_field",
                        "give exactly one of 'image' and 'snapshot'");
+    if (q->snapshot && q->net_raw >= 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "field 'net_raw' comes from the snapshot; it cannot be given with it");
     if (q->image && !*q->image)
         return err_set(err, ERR_INVALID, 0, "invalid_field", "field 'image' must not be empty");
     if (q->hostname && sbx_check_hostname(q->hostname, err) < 0)

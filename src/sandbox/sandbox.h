@@ -64,6 +64,7 @@ struct sbx_create_req {
     const char *runtime;
     int64_t idle_timeout; /* < 0 absent */
     const char *snapshot; /* start from this snapshot instead of an image */
+    int net_raw;          /* -1 absent; 1: keep CAP_NET_RAW */
 };
 
 /* ERR_INVALID unless s is an RFC 1123 host label. */

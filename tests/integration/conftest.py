@@ -121,8 +121,9 @@ class Daemon:
             self.proc.wait()
         self.keep_logs()
         cleanup_state(self.state_dir)
-        subprocess.run(["nft", "delete", "table", "inet", self.table], capture_output=True,
-                       timeout=30)
+        for family in ("inet", "arp"):
+            subprocess.run(["nft", "delete", "table", family, self.table], capture_output=True,
+                           timeout=30)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
         self.check_sanitizers()
 

@@ -80,6 +80,36 @@ def nft_table():
     return r.stdout if r.returncode == 0 else None
 
 
+def set_elements(name, family="inet", table=TABLE):
+    """The elements of a set (or a map's keys) as strings: "10.213.0.2", "10.213.0.2 . 1"."""
+    r = sh("nft", "-j", "list", "set" if name != "owner" else "map", family, table, name,
+           check=False)
+    if r.returncode != 0:
+        return []
+    out = []
+    for item in json.loads(r.stdout)["nftables"]:
+        body = item.get("set") or item.get("map")
+        for e in (body or {}).get("elem", []):
+            if isinstance(e, list):  # a map: [key, value]
+                e = e[0]
+            if isinstance(e, dict) and "elem" in e:
+                e = e["elem"]["val"]
+            if isinstance(e, dict) and "concat" in e:
+                e = " . ".join(str(x) for x in e["concat"])
+            out.append(str(e))
+    return out
+
+
+def sandbox_elements(ip, table=TABLE):
+    """Every element naming ip in the sets that make up a sandbox's rules."""
+    found = []
+    for family, name in (("inet", "owner"), ("inet", "member"), ("inet", "bound"),
+                         ("inet", "egress_open"), ("arp", "bound")):
+        found += [f"{family} {name} {e}" for e in set_elements(name, family, table)
+                  if e == ip or e.startswith(ip + " ")]
+    return found
+
+
 def link_exists(name):
     return sh("ip", "link", "show", "dev", name, check=False).returncode == 0
 
@@ -161,8 +191,9 @@ class Net:
 
 
 def purge(netns_dir=None):
-    """Remove whatever a crashed run may have left: the table, the links, the mounts."""
+    """Remove whatever a crashed run may have left: the tables, the links, the mounts."""
     sh("nft", "delete", "table", "inet", TABLE, check=False)
+    sh("nft", "delete", "table", "arp", TABLE, check=False)
     for name in (OUT_IF, BRIDGE):
         sh("ip", "link", "del", name, check=False)
     if netns_dir and os.path.isdir(netns_dir):
@@ -263,8 +294,9 @@ def test_teardown_leaves_no_veth_rule_or_netns(net):
     assert not link_exists(a1["host_if"])
     assert not os.path.exists(a1["netns_path"])
     table = nft_table()
-    assert a1["ip"] not in table and '"a1"' not in table and a1["mac"] not in table
-    assert keep["ip"] in table
+    assert sandbox_elements(a1["ip"]) == [] and '"a1"' not in table and a1["mac"] not in table
+    assert a1["ip"] in set_elements("quarantine")  # not handed out again for a while
+    assert len(sandbox_elements(keep["ip"])) == 4
     net.tool("teardown", "a1")  # idempotent
     net.tool("reserve", "other", a1["ip"])  # the address is free again
 
@@ -300,8 +332,8 @@ def test_reconcile_removes_strays(net):
     assert not link_exists("sbxtstray0") and not link_exists("sbxtstray1")
     assert sorted(os.listdir(net.netns_dir)) == ["s2"]
     for gone in (s1, s3):
-        assert not link_exists(gone["host_if"]) and gone["ip"] not in nft_table()
-    assert link_exists(s2["host_if"]) and s2["ip"] in nft_table()
+        assert not link_exists(gone["host_if"]) and sandbox_elements(gone["ip"]) == []
+    assert link_exists(s2["host_if"]) and sandbox_elements(s2["ip"])
     assert int(net.tool("reconcile", "s2").stdout) == 0
 
 
@@ -324,6 +356,7 @@ def test_destroy_removes_table_bridge_and_mounts(net):
     a1 = net.setup("a1", 1, "open")
     net.tool("destroy")
     assert nft_table() is None
+    assert sh("nft", "list", "table", "arp", TABLE, check=False).returncode != 0
     assert not link_exists(BRIDGE) and not link_exists(a1["host_if"])
     assert os.listdir(net.netns_dir) == []
     mounts = open("/proc/self/mountinfo").read()
@@ -359,3 +392,107 @@ def test_etc_files(net, tmp_path):
     (etc / "hosts").symlink_to(tmp_path / "victim")
     net.tool("etc", str(etc), "box1")
     assert not (tmp_path / "victim").exists() and not (etc / "hosts").is_symlink()
+
+
+# UDP for the address-reuse test. ECHO answers every datagram on ip:9999; TALK sends to
+# target:9999 from port 40000 every 50 ms and prints who answered what (once per kind: the
+# pipe is read only at the end); PEER (the next holder of the address) sends to target:40000
+# from its port 9999 and prints what it receives, likewise.
+UDP_ECHO = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9999))
+print("ready", flush=True)
+while True:
+    data, addr = s.recvfrom(2048)
+    s.sendto(b"echo", addr)
+"""
+
+UDP_TALK = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 40000))
+s.settimeout(0.05)
+print("ready", flush=True)
+seen = set()
+while True:
+    s.sendto(b"talk", (sys.argv[1], 9999))
+    try:
+        data, addr = s.recvfrom(2048)
+        if (addr[0], data) not in seen:
+            seen.add((addr[0], data))
+            print("reply", addr[0], data.decode(), flush=True)
+    except socket.timeout:
+        continue
+    time.sleep(0.05)
+"""
+
+UDP_PEER = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9999))
+s.settimeout(0.05)
+print("ready", flush=True)
+seen = set()
+while True:
+    s.sendto(b"from-next-holder", (sys.argv[2], 40000))
+    try:
+        data, addr = s.recvfrom(2048)
+        if (addr[0], data) not in seen:
+            seen.add((addr[0], data))
+            print("got", addr[0], data.decode(), flush=True)
+    except socket.timeout:
+        continue
+    time.sleep(0.05)
+"""
+
+
+def conntrack_entries(ip):
+    with open("/proc/net/nf_conntrack") as f:
+        return [line for line in f if re.search(rf"(src|dst)={re.escape(ip)}\s", line)]
+
+
+def wait_for(cond, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def output_of(p):
+    p.kill()
+    out, _ = p.communicate(timeout=10)
+    return out
+
+
+def test_a_reused_address_inherits_no_flow(net):
+    """Owner 1's UDP flow between a1 and a2 is established; a2 goes and another owner's b1
+    gets its address at once (as a known address would after a restart): nothing of the old
+    flow reaches b1, and nothing b1 sends on it reaches a1."""
+    a1, a2 = net.setup("a1", 1), net.setup("a2", 1)
+    echo = net.start(net.in_ns("a2") + [PY, "-u", "-c", UDP_ECHO, a2["ip"]])
+    talk = net.start(net.in_ns("a1") + [PY, "-u", "-c", UDP_TALK, a2["ip"]])
+    wait_for(lambda: any("ASSURED" in e for e in conntrack_entries(a2["ip"])),
+             f"the flow is tracked both ways: {conntrack_entries(a2['ip'])}")
+    echo.kill()
+    net.tool("teardown", "a2")
+    wait_for(lambda: not conntrack_entries(a2["ip"]), "teardown flushes the address's flows",
+             timeout=3)
+    assert a2["ip"] in set_elements("quarantine")
+    b1 = net.setup("b1", 2, ip=a2["ip"])
+    peer = net.start(net.in_ns("b1") + [PY, "-u", "-c", UDP_PEER, b1["ip"], a1["ip"]])
+    time.sleep(2)  # 40 datagrams each way
+    got, talked = output_of(peer), output_of(talk)
+    assert "got" not in got, got
+    assert "from-next-holder" not in talked, talked
+    assert "reply" in talked  # a1 did hear a2 before it went
+
+
+def test_the_cursor_and_quarantine_survive_a_restart(net):
+    a1 = net.setup("a1", 1)
+    a2 = net.setup("a2", 1)
+    net.tool("teardown", "a2")
+    # each net_tool call is a fresh process, as a restarted daemon
+    b1 = net.setup("b1", 2)
+    assert b1["ip"] not in (a1["ip"], a2["ip"])
+    assert set_elements("cursor") and a2["ip"] in set_elements("quarantine")

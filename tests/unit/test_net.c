@@ -147,6 +147,41 @@ static void test_pool_reserve_conflicts(void)
     net_pool_free(&p);
 }
 
+static void test_pool_quarantine_and_cursor(void)
+{
+    struct net_subnet sn;
+    struct net_pool p;
+    err_t err = {0};
+    net_subnet_parse("10.9.0.0/29", &sn); /* .2 .. .6 */
+    net_pool_init(&p, &sn);
+    double now = now_mono_ms();
+    net_pool_quarantine(&p, ip_of("10.9.0.2"), now + 60000);
+    net_pool_quarantine(&p, ip_of("10.9.0.3"), now - 1); /* already over */
+    ok(net_pool_quarantined(&p, ip_of("10.9.0.2"), now), "a quarantined address is");
+    ok(!net_pool_quarantined(&p, ip_of("10.9.0.3"), now), "an expired quarantine is not");
+    struct net_entry *e = net_pool_alloc(&p, "a", &err);
+    ok(e && e->ip == ip_of("10.9.0.3"), "allocation skips the quarantined address");
+    net_pool_quarantine(&p, ip_of("10.9.0.2"), now + 1000); /* never shortens */
+    ok(net_pool_quarantined(&p, ip_of("10.9.0.2"), now + 30000), "quarantine kept its end");
+    const char *more[] = {"b", "c", "d"}; /* .4 .5 .6 */
+    for (size_t i = 0; i < sizeof(more) / sizeof(*more); i++)
+        net_pool_alloc(&p, more[i], &err);
+    ok(!net_pool_alloc(&p, "e", &err) && err.kind == ERR_LIMIT && strstr(err.msg, "quarantine"),
+       "only a quarantined address left: limit, and says why");
+    ok(net_pool_cursor(&p) == ip_of("10.9.0.7"), "cursor after the last handed out (%s)",
+       fmt(net_pool_cursor(&p)));
+    net_pool_free(&p);
+
+    net_pool_init(&p, &sn);
+    net_pool_set_cursor(&p, ip_of("10.9.0.5"));
+    e = net_pool_alloc(&p, "a", &err);
+    ok(e && e->ip == ip_of("10.9.0.5"), "a restored cursor: allocation goes on from there");
+    net_pool_set_cursor(&p, ip_of("10.10.0.2"));
+    e = net_pool_alloc(&p, "b", &err);
+    ok(e && e->ip == ip_of("10.9.0.6"), "a cursor outside the subnet is ignored");
+    net_pool_free(&p);
+}
+
 static void test_nameservers_skip_loopback_and_ipv6(void)
 {
     char ns[4][16];
@@ -173,14 +208,21 @@ static void test_elements_script(void)
     ok(strstr(s.data, "add element inet sandboxer owner { 10.88.0.5 comment \"sbx1\" : 42 }") &&
            strstr(s.data, "add element inet sandboxer member { 10.88.0.5 . 42 }") &&
            strstr(s.data, "add element inet sandboxer bound { 10.88.0.5 . 02:53:0a:58:00:05 }") &&
-           strstr(s.data, "add element inet sandboxer egress_open { 10.88.0.5 }"),
-       "add: owner (with the id), member, bound, egress_open");
+           strstr(s.data, "add element inet sandboxer egress_open { 10.88.0.5 }") &&
+           strstr(s.data, "add element arp sandboxer bound { 10.88.0.5 . 02:53:0a:58:00:05 }"),
+       "add: owner (with the id), member, bound (inet and arp), egress_open");
     buf_reset(&s);
     e.open = false;
     net_nft_elements(&s, "sandboxer", &e, false);
     ok(strstr(s.data, "delete element inet sandboxer owner { 10.88.0.5 }") &&
            !strstr(s.data, "egress_open"),
        "delete: no egress_open element for egress none");
+    buf_reset(&s);
+    net_nft_quarantine(&s, "sandboxer", ip_of("10.88.0.5"), 300);
+    net_nft_cursor(&s, "sandboxer", ip_of("10.88.0.6"));
+    ok(strstr(s.data, "add element inet sandboxer quarantine { 10.88.0.5 timeout 300s }") &&
+           strstr(s.data, "add element inet sandboxer cursor { 10.88.0.6 }"),
+       "quarantine with a timeout, cursor as one element");
     buf_free(&s);
 }
 
@@ -194,8 +236,18 @@ static void test_ruleset_is_valid_nft(void)
     ok(strstr(script, "iifname \"sbxu0\" jump from_sandbox") &&
            strstr(script, "ip daddr 10.77.0.1 tcp dport @host_ports") &&
            strstr(script, "add element inet sbxunit dns { 10.0.0.2 }") &&
-           strstr(script, "169.254.0.0/16") && !strstr(script, "198.18."),
+           strstr(script, "169.254.0.0/16") && !strstr(script, "198.18.") &&
+           strstr(script, "add rule arp sbxunit input iifname \"sbxu0\" jump from_sandbox"),
        "script names the bridge, gateway, DNS servers and private ranges");
+    /* The bound check, and the owner check between sandboxes, come before "established". */
+    const char *est = strstr(script, "from_sandbox ct state established");
+    const char *bound = strstr(script, "from_sandbox ip saddr . ether saddr != @bound");
+    const char *owner = strstr(script, "from_sandbox oifname \"sbxu0\" goto sandbox_to_sandbox");
+    const char *host_est = strstr(script, "sandbox_to_host ct state established");
+    const char *host_bound = strstr(script, "sandbox_to_host ip saddr . ether saddr != @bound");
+    ok(est && bound && owner && bound < est && owner < est && host_bound && host_est &&
+           host_bound < host_est,
+       "bound and owner checks precede the established accepts");
     if (geteuid() != 0 || system("command -v nft >/dev/null 2>&1") != 0) {
         ok(1, "# SKIP nft check needs root and nft");
         free(script);
@@ -220,6 +272,7 @@ int main(void)
     test_ids_and_interface_names();
     test_pool_allocates_next_fit_and_reuses_late();
     test_pool_reserve_conflicts();
+    test_pool_quarantine_and_cursor();
     test_nameservers_skip_loopback_and_ipv6();
     test_elements_script();
     test_ruleset_is_valid_nft();

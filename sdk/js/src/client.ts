@@ -116,6 +116,7 @@ const CREATE_FIELDS: Record<string, string> = {
   disk: "disk",
   network: "network",
   egressAllow: "egress_allow",
+  netRaw: "net_raw",
   ports: "ports",
   public: "public",
   runtime: "runtime",

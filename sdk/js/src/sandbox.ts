@@ -398,6 +398,9 @@ export class Sandbox {
   get isPublic(): boolean {
     return this.info.isPublic;
   }
+  get netRaw(): boolean {
+    return this.info.netRaw;
+  }
   get url(): string | null {
     return this.info.url;
   }

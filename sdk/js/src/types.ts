@@ -47,6 +47,8 @@ export interface SandboxInfo {
   url: string | null;
   resources: SandboxResources;
   runtime: string;
+  /** Whether it keeps CAP_NET_RAW (asked for at create; forks keep their parent's). */
+  netRaw: boolean;
   /** Only on a fork's answer: whether the child got the parent's processes and memory. */
   memoryPreserved?: boolean;
   /** Why the last change failed or fell back while the sandbox kept working (a wake that
@@ -77,6 +79,8 @@ export interface CreateOptions extends RequestOptions {
   network?: "none" | "open" | "proxy" | (string & {});
   /** With network "proxy": host names, `*.domain` (its subdomains) or IPv4 addresses. */
   egressAllow?: string[];
+  /** Keep CAP_NET_RAW (raw sockets: tcpdump, arping); off by default, ping works without it. */
+  netRaw?: boolean;
   /** The sandbox's HTTP ports for the proxy. */
   ports?: number[];
   /** Whether the proxy serves this sandbox without a token. */
@@ -261,6 +265,7 @@ export function toSandboxInfo(w: Wire): SandboxInfo {
     url: strOrNull(w.url),
     resources: { cpus: num(r.cpus), memory: num(r.memory), pids: num(r.pids), disk: numOrNull(r.disk) },
     runtime: str(w.runtime),
+    netRaw: w.net_raw === true,
     lastError: w.last_error && typeof w.last_error === "object"
       ? { op: str(w.last_error.op), detail: str(w.last_error.detail), at: num(w.last_error.at) }
       : null,

@@ -55,11 +55,13 @@ def _create_body(image: Optional[str], label: Optional[str], interactive: Option
                  ports: Optional[Sequence[int]], public: Optional[bool],
                  runtime: Optional[str], idle_timeout: Optional[int],
                  snapshot: Optional[str], extra: Optional[Mapping[str, Any]],
-                 egress_allow: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+                 egress_allow: Optional[Sequence[str]] = None,
+                 net_raw: Optional[bool] = None) -> Dict[str, Any]:
     body = B.create_body(image, label, interactive, env=env, args=args, hostname=hostname,
                          cpus=cpus, memory=memory, pids=pids, disk=disk, network=network,
                          egress_allow=egress_allow, ports=ports, public=public,
-                         runtime=runtime, idle_timeout=idle_timeout, snapshot=snapshot)
+                         runtime=runtime, idle_timeout=idle_timeout, snapshot=snapshot,
+                         net_raw=net_raw)
     if extra:
         body.update(extra)
     return body
@@ -176,6 +178,7 @@ class _AsyncClientOps(_ClientBase[SB]):
                public: Optional[bool] = None, runtime: Optional[str] = None,
                idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
                egress_allow: Optional[Sequence[str]] = None,
+               net_raw: Optional[bool] = None,
                extra: Optional[Mapping[str, Any]] = None,
                timeout: Optional[float] = B.CREATE_TIMEOUT) -> CreateCall[SB]:
         """Create a sandbox; options as for :meth:`Sandboxer.create`. Await the result
@@ -183,7 +186,7 @@ class _AsyncClientOps(_ClientBase[SB]):
         with ``async with`` to have the sandbox deleted at the end of the block."""
         body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
                             disk, network, ports, public, runtime, idle_timeout, snapshot, extra,
-                            egress_allow)
+                            egress_allow, net_raw)
 
         async def make() -> SB:
             return self._wrap(await self._acall(B.op_create(body, timeout)))
@@ -379,6 +382,7 @@ class Sandboxer(_ClientBase[Sandbox]):
                public: Optional[bool] = None, runtime: Optional[str] = None,
                idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
                egress_allow: Optional[Sequence[str]] = None,
+               net_raw: Optional[bool] = None,
                extra: Optional[Mapping[str, Any]] = None,
                timeout: Optional[float] = B.CREATE_TIMEOUT) -> Sandbox:
         """Create a sandbox from ``image`` (or from ``snapshot``, a snapshot's name) and
@@ -391,11 +395,12 @@ class Sandboxer(_ClientBase[Sandbox]):
         sandboxes), "open" (NAT out) or "proxy" (only the hosts of ``egress_allow``, through
         the daemon's egress proxy); ``ports``: the HTTP ports the proxy reaches;
         ``public``: the proxy serves without a token; ``runtime``: "runc";
-        ``idle_timeout``: seconds idle before it hibernates. ``extra``: more JSON fields.
+        ``idle_timeout``: seconds idle before it hibernates; ``net_raw``: keep CAP_NET_RAW
+        (raw sockets; off by default, ping works without it). ``extra``: more JSON fields.
         """
         body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
                             disk, network, ports, public, runtime, idle_timeout, snapshot, extra,
-                            egress_allow)
+                            egress_allow, net_raw)
         return self._wrap(self._call(B.op_create(body, timeout)))
 
     def from_snapshot(self, snapshot: str, label: Optional[str] = None,

@@ -28,8 +28,8 @@ S = TypeVar("S", bound="SandboxBase")
 FIELDS = ("id", "name", "label", "image", "status", "exit_code", "hostname", "ip_address",
           "parent_id", "child_ids", "created_at", "last_active_at", "deleted_at",
           "delete_reason", "is_public", "interactive", "url", "resources", "runtime",
-          "network", "egress_allow", "memory_preserved", "message", "terminated_sandboxes",
-          "last_error")
+          "network", "egress_allow", "net_raw", "memory_preserved", "message",
+          "terminated_sandboxes", "last_error")
 
 #: Statuses after which a sandbox will not run again on its own.
 DONE = ("exited", "terminated")
