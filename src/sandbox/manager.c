@@ -31,7 +31,7 @@ void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p)
     p->logs = xasprintf("%s/logs", p->dir);
     p->etc = xasprintf("%s/etc", p->dir);
     /* /dev/shm is a tmpfs everywhere (/run is not on every host): memory, not disk. */
-    p->fork_ckpt = xasprintf("/dev/shm/sandboxer-checkpoints/%s", id);
+    p->fork_ckpt = xasprintf("%s/%s", m->fork_ckpt_dir, id);
 }
 
 void sbx_paths_free(struct sbx_paths *p)
@@ -225,6 +225,20 @@ static int write_criu_conf(sbx_mgr_t *m, err_t *err)
     return 0;
 }
 
+/*
+ * Where forks of this daemon checkpoint their parents: a directory of its own under
+ * /dev/shm/sandboxer-checkpoints (named by a hash of the state dir), so daemons on one host
+ * never meet each other's, and start-up can clear what a crash left in it.
+ */
+static char *fork_ckpt_dir(const char *state_dir)
+{
+    unsigned char md[32];
+    char hex[65];
+    EVP_Digest(state_dir, strlen(state_dir), md, NULL, EVP_sha256(), NULL);
+    hex_encode(md, 8, hex);
+    return xasprintf("/dev/shm/sandboxer-checkpoints/%s", hex);
+}
+
 sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t *images, err_t *err)
 {
     sbx_mgr_t *m = xcalloc(1, sizeof(*m));
@@ -232,6 +246,7 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
     m->store = store;
     m->images = images;
     m->sandboxes_dir = xasprintf("%s/sandboxes", cfg->state_dir);
+    m->fork_ckpt_dir = fork_ckpt_dir(cfg->state_dir);
     m->runc_root = xasprintf("%s/runc", cfg->state_dir);
     pthread_mutex_init(&m->lock, NULL);
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -286,6 +301,7 @@ void sbx_close(sbx_mgr_t *m)
         close(m->wake_fd);
     pthread_mutex_destroy(&m->lock);
     free(m->sandboxes_dir);
+    free(m->fork_ckpt_dir);
     free(m->agent_dir);
     free(m->criu_conf);
     free(m->runc_root);

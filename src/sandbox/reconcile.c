@@ -122,6 +122,12 @@ static void remove_orphan_snapshots(sbx_mgr_t *m)
         closedir(d);
 }
 
+/* Fork checkpoints a crash left in memory: no fork is in flight at start. */
+static void remove_fork_checkpoints(sbx_mgr_t *m)
+{
+    storage_remove_tree(m->fork_ckpt_dir, NULL);
+}
+
 /* Addresses of the sandboxes that remain are theirs; every other network piece goes. */
 static int reconcile_network(sbx_mgr_t *m, err_t *err)
 {
@@ -155,6 +161,7 @@ int sbx_reconcile(sbx_mgr_t *m, err_t *err)
         reconcile_one(m, &items[i]);
     store_sandbox_list_free(items, n);
     remove_orphan_snapshots(m);
+    remove_fork_checkpoints(m);
     return reconcile_network(m, err);
 }
 

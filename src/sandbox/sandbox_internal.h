@@ -25,6 +25,7 @@ struct sbx_mgr {
     store_t *store;
     image_store_t *images;
     char *sandboxes_dir; /* <state>/sandboxes */
+    char *fork_ckpt_dir; /* /dev/shm/sandboxer-checkpoints/<hash of the state dir> */
     char *agent_dir;     /* <state>/agent/<hash>: the agent binary new sandboxes bind */
     char *criu_conf;     /* <state>/criu.conf: CRIU options, passed by runc */
     char *runc_root;

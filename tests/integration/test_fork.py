@@ -269,7 +269,11 @@ def runc_ids(d):
     return set(out.split())
 
 
-CKPT_TMP = "/dev/shm/sandboxer-checkpoints"  # where a fork checkpoints its parent
+def ckpt_tmp(d):
+    """Where d's forks checkpoint their parents (a dir of its own, named by its state dir)."""
+    import hashlib
+    return os.path.join("/dev/shm/sandboxer-checkpoints",
+                        hashlib.sha256(d.state_dir.encode()).hexdigest()[:16])
 
 
 def state_mounts(d):
@@ -294,7 +298,7 @@ def test_crash_mid_operation_leaves_nothing_half_made(registry_url, tmp_path, po
         parent = server_sandbox(c, data_mb=4)["id"]
         ask(c, parent, "set 5")
         kids = [fork(c, parent)["id"] for _ in range(2)] if op == "coalesce" else []
-        checkpoints = set(os.listdir(CKPT_TMP)) if os.path.isdir(CKPT_TMP) else set()
+        checkpoints = set(os.listdir(ckpt_tmp(d))) if os.path.isdir(ckpt_tmp(d)) else set()
         d.stop()
         d.env = {"SANDBOXER_FAULT": point}
         d.start()
@@ -316,7 +320,8 @@ def test_crash_mid_operation_leaves_nothing_half_made(registry_url, tmp_path, po
             assert any(i in m for i in live), m
         if op == "fork":
             assert set(listed) == {parent}, "the half-made child is gone"
-            assert set(os.listdir(CKPT_TMP)) <= checkpoints, "so is its checkpoint in memory"
+            left = set(os.listdir(ckpt_tmp(d))) if os.path.isdir(ckpt_tmp(d)) else set()
+            assert left <= checkpoints, "so is its checkpoint in memory"
         if op == "coalesce":
             assert listed[parent]["status"] == "terminated"
             assert listed[kids[1]]["status"] == "terminated"
