@@ -223,7 +223,8 @@ static bool follow_step(struct follow *f, bool *waiting, int *fails)
     agentc_output_free(&o);
     if (ok && !f->done && now_mono_ms() - f->last_line > FOLLOW_PING_MS)
         ok = send_state(f, "ping");
-    return ok && !f->done && !client_gone(f->s);
+    /* The client left, or the daemon stops: a stream of a quiet process notices here. */
+    return ok && !f->done && api_stream_wait(f->s, 0) && !client_gone(f->s);
 }
 
 static void follow_main(struct api_stream *s, void *ctx)

@@ -419,3 +419,234 @@ def test_pty_process(sbx):
     stdin(sbx, sid, p["pid"], b"", eof=True)
     assert wait_exit(sbx, sid, p["pid"])["exit_code"] == 0
     assert "abc" in text_of(output(sbx, sid, p["pid"]))
+
+
+# ---- lifecycle: fork, hibernate, snapshot, restart --------------------------------------
+
+def test_fork_keeps_processes_and_their_output(sbx):
+    sid = sbx.create("busybox")["id"]
+    p = start(sbx, sid, code=COUNTER.format(n=100000, delay=0.02), tag="counter")
+    cat = start(sbx, sid, argv=["cat"], stdin=True)
+    stdin(sbx, sid, cat["pid"], b"before\n")
+    wait_output(sbx, sid, p["pid"], "line 5\n")
+    wait_output(sbx, sid, cat["pid"], "before\n")
+    child = fork(sbx, sid, label="child")
+    assert child["memory_preserved"] is True
+    cid = child["id"]
+    listed = {x["pid"]: x for x in sbx.get(f"/sandboxes/{cid}/processes").json()["processes"]}
+    assert listed[p["pid"]]["status"] == "running" and listed[p["pid"]]["tag"] == "counter"
+    assert listed[cat["pid"]]["stdin"] is True
+    # the child has the buffered output and its counter goes on, on its own
+    text, o = all_output(sbx, cid, p["pid"])
+    assert text.startswith("line 1\nline 2\n")
+    n = len(text.splitlines())
+    wait_output(sbx, cid, p["pid"], f"line {n + 20}\n")
+    stdin(sbx, cid, cat["pid"], b"in-child\n")
+    stdin(sbx, sid, cat["pid"], b"in-parent\n")
+    ctext, _ = wait_output(sbx, cid, cat["pid"], "in-child\n")
+    ptext, _ = wait_output(sbx, sid, cat["pid"], "in-parent\n")
+    assert ctext == "before\nin-child\n" and ptext == "before\nin-parent\n"
+    # deleting in one does not touch the other
+    assert sbx.delete(f"/sandboxes/{cid}/processes/{p['pid']}").status_code == 200
+    assert proc(sbx, sid, p["pid"])["status"] == "running"
+
+
+def test_hibernate_and_wake_keep_processes_and_output(sbx):
+    sid = sbx.create("busybox")["id"]
+    p = start(sbx, sid, code=COUNTER.format(n=100000, delay=0.02))
+    done = start(sbx, sid, code="echo finished")
+    wait_exit(sbx, sid, done["pid"])
+    wait_output(sbx, sid, p["pid"], "line 5\n")
+    r = sbx.post(f"/sandboxes/{sid}/hibernate", timeout=120)
+    assert r.status_code == 200, r.text
+    assert sbx.get(f"/sandboxes/{sid}").json()["status"] == "hibernated"
+    # a process request wakes it, as an exec does
+    listed = {x["pid"]: x for x in
+              sbx.get(f"/sandboxes/{sid}/processes", timeout=120).json()["processes"]}
+    assert sbx.get(f"/sandboxes/{sid}").json()["status"] == "running"
+    assert listed[p["pid"]]["status"] == "running" and listed[done["pid"]]["exit_code"] == 0
+    text, _ = all_output(sbx, sid, p["pid"])
+    n = len(text.splitlines())
+    wait_output(sbx, sid, p["pid"], f"line {n + 10}\n")
+    assert text_of(output(sbx, sid, done["pid"])) == "finished\n"
+
+
+def test_snapshot_start_keeps_processes(sbx):
+    sid = sbx.create("busybox")["id"]
+    p = start(sbx, sid, code=COUNTER.format(n=100000, delay=0.02))
+    wait_output(sbx, sid, p["pid"], "line 3\n")
+    r = sbx.post(f"/sandboxes/{sid}/snapshots", json={"name": "procs-warm"}, timeout=120)
+    assert r.status_code == 201, r.text
+    new = sbx.post("/sandboxes", json={"snapshot": "procs-warm"}, timeout=120)
+    assert new.status_code == 201, new.text
+    nid = new.json()["id"]
+    sbx.created.append(nid)
+    assert proc(sbx, nid, p["pid"])["status"] == "running"
+    text, _ = all_output(sbx, nid, p["pid"])
+    n = len(text.splitlines())
+    assert text.startswith("line 1\n")
+    wait_output(sbx, nid, p["pid"], f"line {n + 10}\n")
+    sbx.delete("/snapshots/procs-warm")
+
+
+def test_stream_goes_on_across_fork_and_hibernation(sbx):
+    sid = sbx.create("busybox")["id"]
+    p = start(sbx, sid, code=COUNTER.format(n=150, delay=0.05) + "; exit 9")
+    f = Follower(sbx, sid, p["pid"])
+    f.start()
+    f.wait_for(lambda l: l["type"] == "stdout" and "line 10\n" in l["output"])
+    # a fork takes the sandbox's write lock: the follower lets go at once
+    t0 = time.monotonic()
+    child = fork(sbx, sid)
+    print("fork with a follower took", time.monotonic() - t0)
+    assert time.monotonic() - t0 < 5
+    f.wait_for(lambda l: l["type"] == "stdout" and "line 40\n" in l["output"])
+    # hibernation: the stream waits (without waking it), then goes on after a wake
+    r = sbx.post(f"/sandboxes/{sid}/hibernate", timeout=120)
+    assert r.status_code == 200, r.text
+    f.wait_for(lambda l: l["type"] == "waiting", what="a waiting line")
+    seen = len(f.lines)
+    time.sleep(1.5)
+    assert sbx.get(f"/sandboxes/{sid}").json()["status"] == "hibernated", "following woke it"
+    assert all(l["type"] in ("waiting", "ping") for l in f.lines[seen:])
+    assert sbx.post(f"/sandboxes/{sid}/wake", timeout=120).status_code == 200
+    assert f.done.wait(60), f.lines[-3:]
+    assert f.status == 200 and f.lines[-1]["type"] == "exit" and f.lines[-1]["exit_code"] == 9
+    assert f.text() == "".join(f"line {i}\n" for i in range(1, 151))
+    check_cursors(f.lines)
+    # the child's copy of the process ran on its own to the same end
+    c = Follower(sbx, child["id"], p["pid"])
+    c.start()
+    assert c.done.wait(60) and c.lines[-1]["exit_code"] == 9
+    assert c.text() == f.text()
+
+
+def test_follow_resumes_across_a_daemon_restart(sbx_daemon, sbx):
+    sid = sbx.create("busybox")["id"]
+    p = start(sbx, sid, code=COUNTER.format(n=80, delay=0.05))
+    f = Follower(sbx, sid, p["pid"])
+    f.start()
+    f.wait_for(lambda l: l["type"] == "stdout" and "line 5\n" in l["output"])
+    sbx_daemon.stop()
+    assert f.done.wait(30), "the stream ends with the daemon"
+    last = [l for l in f.lines if "cursor" in l][-1]["cursor"]
+    time.sleep(1)  # it keeps running meanwhile
+    sbx_daemon.start()
+    g = Follower(sbx, sid, p["pid"], cursor=last)
+    g.start()
+    assert g.done.wait(60) and g.lines[-1]["type"] == "exit"
+    whole = f.text()[:last] + g.text()
+    assert whole == "".join(f"line {i}\n" for i in range(1, 81))
+    check_cursors(g.lines, last)
+
+
+def test_pty_process_survives_fork_and_hibernation(sbx):
+    sid = sbx.create("busybox")["id"]
+    p = start(sbx, sid, argv=["sh"], tty=True, env={"PS1": "$ "})
+    stdin(sbx, sid, p["pid"], b"echo one-$((1+1))\r")
+    wait_output(sbx, sid, p["pid"], "one-2")
+    child = fork(sbx, sid)
+    stdin(sbx, sid, p["pid"], b"echo parent-$((2+1))\r")
+    stdin(sbx, child["id"], p["pid"], b"echo child-$((3+1))\r")
+    wait_output(sbx, sid, p["pid"], "parent-3")
+    text, _ = wait_output(sbx, child["id"], p["pid"], "child-4")
+    assert "parent-3" not in text and "one-2" in text
+    assert sbx.post(f"/sandboxes/{sid}/hibernate", timeout=120).status_code == 200
+    assert sbx.post(f"/sandboxes/{sid}/wake", timeout=120).status_code == 200
+    stdin(sbx, sid, p["pid"], b"echo woke-$((4+1))\r")
+    wait_output(sbx, sid, p["pid"], "woke-5")
+    stdin(sbx, sid, p["pid"], b"exit 3\r")
+    assert wait_exit(sbx, sid, p["pid"])["exit_code"] == 3
+
+
+def test_following_is_not_activity_the_idle_sandbox_hibernates(sbx):
+    sid = sbx.create("busybox", idle_timeout=2)["id"]
+    p = start(sbx, sid, code="echo started; while true; do sleep 1; done")
+    f = Follower(sbx, sid, p["pid"])
+    f.start()
+    f.wait_for(lambda l: l["type"] == "stdout" and l["output"] == "started\n")
+    deadline = time.monotonic() + 30
+    while sbx.get(f"/sandboxes/{sid}").json()["status"] != "hibernated":
+        assert time.monotonic() < deadline, "a follower kept the idle sandbox awake"
+        time.sleep(0.2)
+    f.wait_for(lambda l: l["type"] == "waiting", what="a waiting line")
+    assert not f.done.is_set()
+    # a request on the process wakes it; the stream goes on to the end
+    signal_(sbx, sid, p["pid"], "KILL")
+    assert f.done.wait(60) and f.lines[-1]["type"] == "exit" and f.lines[-1]["signal"] == 9
+    check_cursors(f.lines)
+
+
+# ---- the CLI ----------------------------------------------------------------------------
+
+def cli(d, *args, check=True, timeout=60, stdin_text=None):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": d.workdir,
+           "SANDBOXER_SOCKET": d.socket, "SANDBOXER_TOKEN": d.admin_token}
+    p = subprocess.run([BIN, *args], env=env, capture_output=True, text=True, timeout=timeout,
+                       input=stdin_text)
+    if check:
+        assert p.returncode == 0, (args, p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def test_cli_exec_detached_ps_logs_kill(sbx_daemon, sbx):
+    sid = sbx.create("busybox")["id"]
+    pid = int(cli(sbx_daemon, "exec", "-d", sid, "--tag", "ticker", "--",
+                  "sh", "-c", "echo hello; echo oops >&2; exec sleep 1000").stdout)
+    assert proc(sbx, sid, pid)["tag"] == "ticker"
+    wait_output(sbx, sid, pid, "oops")
+    table = cli(sbx_daemon, "ps", sid).stdout
+    assert "PID" in table and str(pid) in table and "running" in table and "ticker" in table
+    listed = json.loads(cli(sbx_daemon, "ps", sid, "--json").stdout)["processes"]
+    assert listed[0]["pid"] == pid
+    p = cli(sbx_daemon, "logs", sid, "--process", str(pid))
+    assert p.stdout == "hello\n" and p.stderr == "oops\n"
+    assert cli(sbx_daemon, "kill", sid, str(pid), "--signal", "INT").stdout.strip() == str(pid)
+    done = wait_exit(sbx, sid, pid)
+    assert done["signal"] == 2 and done["exit_code"] == 130
+    assert "130 (signal 2)" in cli(sbx_daemon, "ps", sid).stdout
+    p = cli(sbx_daemon, "kill", sid, str(pid), check=False)
+    assert p.returncode == 1 and "409" in p.stderr
+    # --code, followed to its end with -f
+    code_pid = cli(sbx_daemon, "exec", "-d", sid, "--code",
+                   "for i in 1 2 3; do echo n$i; sleep 0.2; done; echo bad >&2").stdout.strip()
+    p = cli(sbx_daemon, "logs", sid, "--process", code_pid, "-f")
+    assert p.stdout == "n1\nn2\nn3\n" and p.stderr == "bad\n"
+    lines = [json.loads(l) for l in
+             cli(sbx_daemon, "logs", sid, "--process", code_pid, "-f", "--json").stdout.splitlines()]
+    assert lines[-1]["type"] == "exit" and lines[-1]["exit_code"] == 0
+    # a default TERM; --stdin with -d
+    pid = cli(sbx_daemon, "exec", "-d", sid, "--stdin", "--", "cat", stdin_text="piped\n").stdout
+    wait_exit(sbx, sid, int(pid))
+    assert cli(sbx_daemon, "logs", sid, "--process", pid.strip()).stdout == "piped\n"
+    pid = cli(sbx_daemon, "exec", "-d", sid, "--", "sleep", "1000").stdout.strip()
+    cli(sbx_daemon, "kill", sid, pid)
+    assert wait_exit(sbx, sid, int(pid))["signal"] == 15
+    # usage errors
+    for args in (("exec", "-d", sid, "--timeout", "1", "--", "true"),
+                 ("exec", sid, "--tag", "x", "--", "true"), ("kill", sid, "abc"),
+                 ("logs", sid, "--process", "x")):
+        p = cli(sbx_daemon, *args, check=False)
+        assert p.returncode == 2, (args, p.stderr)
+    p = cli(sbx_daemon, "logs", sid, "--process", "999999", check=False)
+    assert p.returncode == 1 and "404" in p.stderr
+
+
+def test_cli_logs_follow_resumes_across_a_daemon_restart(sbx_daemon, sbx):
+    sid = sbx.create("busybox")["id"]
+    pid = start(sbx, sid, code=COUNTER.format(n=60, delay=0.1))["pid"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": sbx_daemon.workdir,
+           "SANDBOXER_URL": sbx_daemon.url, "SANDBOXER_TOKEN": sbx_daemon.admin_token}
+    follower = subprocess.Popen([BIN, "logs", sid, "--process", str(pid), "-f"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_output(sbx, sid, pid, "line 10\n")
+        sbx_daemon.stop()
+        time.sleep(1)
+        sbx_daemon.start()
+        out, errs = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, errs
+    assert out == "".join(f"line {i}\n" for i in range(1, 61))
