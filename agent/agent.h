@@ -143,8 +143,7 @@ void agent_console_close_fds(struct agent_console *c);
  * the connections live in PID 1's memory, so a checkpoint carries them.
  */
 
-#define AGENT_PROCS_MAX   (AGENT_PROCS_RUNNING + AGENT_PROCS_EXITED) /* entries at most */
-#define AGENT_PROCS_CONNS 32 /* procs.sock connections at once; more get ERROR busy */
+#define AGENT_PROCS_MAX (AGENT_PROCS_RUNNING + AGENT_PROCS_EXITED) /* entries at most */
 /* pollfds the processes use at most: the socket, its connections, 4 fds a running process */
 #define AGENT_PROCS_SLOTS (1 + AGENT_PROCS_CONNS + 4 * AGENT_PROCS_RUNNING)
 

@@ -30,6 +30,7 @@
 #define AGENT_PROCS_RING       (1024u * 1024u) /* output a background process keeps, per process */
 #define AGENT_PROCS_RUNNING    64 /* background processes running at once; more: too_many */
 #define AGENT_PROCS_EXITED     64 /* ended ones kept (the oldest forgotten first) */
+#define AGENT_PROCS_CONNS      32 /* procs.sock connections at once; more get ERROR busy */
 #define AGENT_PROCS_STDIN_MAX  (256u * 1024u)  /* stdin bytes in one PROC_STDIN request */
 #define AGENT_PROCS_OUTPUT_MAX (1024u * 1024u) /* output bytes in one OUTPUT answer */
 
