@@ -208,7 +208,7 @@ int sbx_proc_list(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **o
     if (call_open(m, owner, key, &c, err) < 0)
         return -1;
     json_t *list = agentc_proc_list(c.fd, 0, err);
-    call_close(&c, true);
+    call_close(&c, false); /* looking is not activity (a console polls it) */
     if (!list)
         return -1;
     *out = json_pack("{s:o}", "processes", list);

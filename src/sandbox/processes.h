@@ -3,8 +3,9 @@
  * bounded output ring per process in its own memory, agent/procs.c), so a fork, a
  * hibernation or a daemon restart keeps them and their output; the daemon only relays, one
  * short request to procs.sock at a time, holding the sandbox's lock for reading only while
- * it lasts. Every call but sbx_proc_follow wakes a hibernated sandbox first and counts as
- * activity, as an exec does.
+ * it lasts. Every call but sbx_proc_follow wakes a hibernated sandbox first, as an exec
+ * does; those that act (start, stdin, signal, resize, delete) count as activity, those that
+ * only look (list, get, output) do not.
  */
 #pragma once
 
