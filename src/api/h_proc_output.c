@@ -192,9 +192,12 @@ static bool client_gone(const struct api_stream *s)
     return s->client_fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLRDHUP));
 }
 
-/* A failure worth another try: the agent did not answer (a container restarting). */
+/* A failure worth another try: the agent did not answer (a container restarting), or
+ * had all its procs.sock connections busy (many followers at once). */
 static bool transient(const err_t *err)
 {
+    if (err->kind == ERR_LIMIT)
+        return strcmp(err->code, "agent_busy") == 0;
     return err->kind == ERR_RUNTIME &&
            (strcmp(err->code, "agent_unavailable") == 0 || strcmp(err->code, "agent_timeout") == 0);
 }
