@@ -375,6 +375,8 @@ int procs_resize(struct proc *pr, uint16_t cols, uint16_t rows, err_t *err)
         return err_set(err, ERR_CONFLICT, 0, "not_tty", "the process has no terminal");
     if (pr->reaped || pr->in_fd < 0)
         return err_set(err, ERR_CONFLICT, 0, "exited", "the process has ended");
+    if (pr->in_q.len - pr->in_off > PROCS_STDIN_MAX) /* its keeper does not read: bounded */
+        return err_set(err, ERR_LIMIT, 0, "stdin_full", "the terminal's input queue is full");
     uint8_t frame[AGENT_HEADER_LEN + 4];
     agent_frame_header(frame, AGENT_RESIZE, 4);
     agent_resize_encode(frame + AGENT_HEADER_LEN, cols, rows);

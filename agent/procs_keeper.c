@@ -165,8 +165,10 @@ static _Noreturn void keeper_run(struct keeper *k)
                               {in_room ? k->ctl : -1, POLLIN, 0}};
         if (poll(p, 3, -1) < 0)
             continue;
-        if (p[0].revents & POLLOUT && flush_q(k->master, &k->in, &k->in_off) < 0)
-            buf_reset(&k->in), k->in_off = 0; /* the terminal refuses input: dropped */
+        if ((p[0].revents & POLLOUT) && flush_q(k->master, &k->in, &k->in_off) < 0) {
+            buf_reset(&k->in); /* the terminal refuses input: dropped */
+            k->in_off = 0;
+        }
         if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
             read_master(k);
         if (p[1].revents)

@@ -201,19 +201,16 @@ int agentc_proc_start(int fd, const struct agentc_proc_start *req, int timeout_m
         return err_set(err, ERR_INVALID, 0, "invalid_field", "a tag is at most 256 bytes");
     if (agentc_encode_exec(&req->exec, &exec, err) < 0)
         return -1;
-    json_t *j = json_loads(exec, 0, NULL);
+    _cleanup_json_ json_t *j = json_loads(exec, 0, NULL);
     json_t *tag = req->tag ? json_string(req->tag) : NULL;
     json_t *command = req->command ? json_string(req->command) : NULL;
-    if (!j || (req->tag && !tag) || (req->command && !command)) {
-        json_decref(j), json_decref(tag), json_decref(command);
-        return err_set(err, ERR_INVALID, 0, "invalid_field", "tag and command must be UTF-8");
-    }
     if (tag)
         json_object_set_new(j, "tag", tag);
     if (command)
         json_object_set_new(j, "command", command);
+    if (!j || (req->tag && !tag) || (req->command && !command))
+        return err_set(err, ERR_INVALID, 0, "invalid_field", "tag and command must be UTF-8");
     _cleanup_free_ char *s = json_dump_compact(j);
-    json_decref(j);
     if (strlen(s) > AGENT_PROCS_STDIN_MAX) /* procs.sock takes requests of 256 KiB at most */
         return err_set(err, ERR_TOO_LARGE, 0, "too_large",
                        "the process's argv, env and command are over 256 KiB together");

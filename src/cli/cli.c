@@ -203,10 +203,10 @@ static const struct cli_verb verbs[] = {
         .summary = "follow what happens to your sandboxes",
         .synopsis = "[--since ID]",
         .help = "Follows the events of your sandboxes (created, exec, forked, coalesced, paused,\n"
-                "unpaused, hibernated, woken, updated, exited, deleted) as they happen, one a\n"
-                "line; --json prints each event's JSON. The stored ones come first: all of\n"
-                "them, or those after --since ID (an event's id, as SSE's Last-Event-ID).\n"
-                "Runs until interrupted.\n",
+                "unpaused, hibernated, woken, updated, exited, deleted, process_started,\n"
+                "process_deleted) as they happen, one a line; --json prints each event's JSON.\n"
+                "The stored ones come first: all of them, or those after --since ID (an\n"
+                "event's id, as SSE's Last-Event-ID). Runs until interrupted.\n",
         .opts = "since=",
         .min_args = 0,
         .max_args = 0,

@@ -322,6 +322,17 @@ def test_signal_and_delete(sbx):
         assert time.monotonic() < deadline, "the process group survived its delete"
         time.sleep(0.1)
     assert sbx.delete(f"/sandboxes/{sid}/processes/{p['pid']}").status_code == 404
+    # both ends are events of the sandbox
+    seen = set()
+    with sbx.stream("GET", "/events", timeout=httpx.Timeout(10, connect=10)) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                ev = json.loads(line[6:])
+                if ev["container_id"] == sid and (ev.get("data") or {}).get("pid") == p["pid"]:
+                    seen.add(ev["type"])
+            if seen == {"process_started", "process_deleted"}:
+                break
+    assert seen == {"process_started", "process_deleted"}
     # an exited one can be deleted too
     p = start(sbx, sid, code="true")
     wait_exit(sbx, sid, p["pid"])
