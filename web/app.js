@@ -140,6 +140,7 @@
     const me = await api('GET', '/auth/me', undefined, { token });
     state.token = token;
     state.user = me;
+    $('token').value = ''; // the token is kept in one place, not in the form
     sessionStorage.setItem(TOKEN_KEY, token);
     if (remember) localStorage.setItem(TOKEN_KEY, token);
     else localStorage.removeItem(TOKEN_KEY);

@@ -98,6 +98,9 @@ struct api_req {
     void (*ctx_free)(void *ctx); /* called when the request ends */
     err_t stream_err;            /* the first failure of begin/chunk, replied at the end */
     int vhost_port;              /* a port named by the subdomain (<name>-<port>.<vhost>) */
+    bool sandbox_origin;         /* asked for a sandbox's own host (<name>[-<port>].<vhost>) */
+    char *origin_host;           /* that host, lower case, without port (sandbox_origin only) */
+    bool sandbox_answer;         /* the response is a sandbox's (status and headers) */
 };
 
 /* The route parameter name as a new string, or NULL if the route has none. */
@@ -147,7 +150,8 @@ bool api_stream_write(struct api_stream *s, const void *data, size_t len);
 /* Sleep up to ms; false once the client is gone or the daemon stops. */
 bool api_stream_wait(struct api_stream *s, int ms);
 
-/* True if the request carries a Sandboxer token (Authorization: Bearer sbx_...). */
+/* True if the request carries a Sandboxer token (Authorization: Bearer sbx_..., spaced, any case).
+ */
 bool api_has_token(const api_req_t *r);
 /*
  * Authenticate the request's bearer token; fills r->user and r->token. On a ROUTE_WS_TOKEN

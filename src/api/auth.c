@@ -9,10 +9,23 @@
 
 #define WS_BEARER_PREFIX "bearer."
 
+/* After the Bearer scheme and its spaces (any case, SP or HTAB), or NULL if not Bearer. */
+static const char *bearer_credentials(const char *h)
+{
+    if (strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
+        return NULL;
+    h += 6;
+    while (*h == ' ' || *h == '\t')
+        h++;
+    return h;
+}
+
 bool api_has_token(const api_req_t *r)
 {
     const char *h = api_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
-    return h && strncasecmp(h, "Bearer sbx_", 11) == 0;
+    const char *t = h ? bearer_credentials(h) : NULL;
+    /* However it is spaced or cased: a token sent this way is never taken as anonymous. */
+    return t && strncasecmp(t, "sbx_", 4) == 0;
 }
 
 /*
@@ -78,12 +91,10 @@ static int ws_protocol_token(const api_req_t *r, const char **tok, size_t *len, 
 /* The token of the Authorization header. */
 static int header_token(const char *h, const char **tok, size_t *len, err_t *err)
 {
-    if (strncasecmp(h, "Bearer ", 7) != 0)
+    const char *t = bearer_credentials(h);
+    if (!t)
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
                        "the Authorization header must use the Bearer scheme");
-    const char *t = h + 7;
-    while (*t == ' ')
-        t++;
     size_t n = strlen(t);
     while (n && isspace((unsigned char)t[n - 1]))
         n--;

@@ -63,8 +63,7 @@ static int state_change(api_req_t *r, int which, err_t *err)
     sbx_mgr_t *m = r->api->sbx;
     int rc = which == 0   ? sbx_pause(m, &r->user, id, true, &out, err)
              : which == 1 ? sbx_pause(m, &r->user, id, false, &out, err)
-             : which == 2 ? sbx_hibernate(m, &r->user, id, &out, err)
-                          : sbx_wake(m, &r->user, id, &out, err);
+                          : sbx_hibernate(m, &r->user, id, &out, err);
     if (rc < 0)
         return -1;
     api_reply_json(r, 200, out);
@@ -86,9 +85,27 @@ int h_hibernate(api_req_t *r, err_t *err)
     return state_change(r, 2, err);
 }
 
+struct wake_body {
+    int cold;
+};
+
+static const struct jfield wake_fields[] = {
+    {"cold", JF_BOOL, false, offsetof(struct wake_body, cold), 0, 0, 0},
+};
+
+/* POST /sandboxes/{id}/wake [{"cold": true}]: restore, or start from the files only. */
 int h_wake(api_req_t *r, err_t *err)
 {
-    return state_change(r, 3, err);
+    _cleanup_free_ char *id = api_param(r, "id");
+    json_t *body _cleanup_json_ = NULL;
+    struct wake_body b = {.cold = -1};
+    json_t *out = NULL;
+    if (api_body_object(r, true, &body, err) < 0 ||
+        (body && json_decode_fields(body, wake_fields, ARRAY_SIZE(wake_fields), &b, err) < 0) ||
+        sbx_wake(r->api->sbx, &r->user, id, b.cold == 1, &out, err) < 0)
+        return -1;
+    api_reply_json(r, 200, out);
+    return 0;
 }
 
 struct snapshot_body {

@@ -18,6 +18,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "proxy/inbound.h"
 #include "proxy/upstream.h"
 #include "sandbox/sandbox.h"
 
@@ -37,30 +38,6 @@ static void proxy_free(void *ctx)
     free(p);
 }
 
-/* Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself. */
-static bool hop_by_hop(const char *name)
-{
-    static const char *const skip[] = {
-        "Connection",
-        "Keep-Alive",
-        "Proxy-Connection",
-        "Proxy-Authorization",
-        "TE",
-        "Trailer",
-        "Transfer-Encoding",
-        "Upgrade",
-        "Expect",
-        "Content-Length",
-        "X-Forwarded-For",
-        "X-Forwarded-Proto",
-        "X-Forwarded-Host",
-    };
-    for (size_t i = 0; i < ARRAY_SIZE(skip); i++)
-        if (strcasecmp(name, skip[i]) == 0)
-            return true;
-    return false;
-}
-
 /* Percent-encode s (len bytes) into b, keeping unreserved characters (and '/' if keep_slash). */
 static void escape(buf_t *b, const char *s, bool keep_slash)
 {
@@ -76,6 +53,9 @@ static void escape(buf_t *b, const char *s, bool keep_slash)
 struct head_ctx {
     buf_t *b;
     bool first_arg;
+    const char *connection; /* the client's Connection header: the headers it names stay */
+    bool api_origin;
+    buf_t protocols; /* Sec-WebSocket-Protocol entries that go on */
 };
 
 static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -95,28 +75,32 @@ static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *k
     return MHD_YES;
 }
 
+/* Copy a client's header unless it is hop-by-hop, ours to set, or holds a token. */
 static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                   const char *value)
 {
     (void)kind;
     struct head_ctx *h = cls;
-    if (hop_by_hop(key) || !value || strpbrk(value, "\r\n"))
+    if (!value)
         return MHD_YES;
-    /* A Sandboxer token is for the daemon only: it never reaches the sandbox. */
-    if (strcasecmp(key, "Authorization") == 0 && strncasecmp(value, "Bearer sbx_", 11) == 0)
-        return MHD_YES;
-    buf_printf(h->b, "%s: %s\r\n", key, value);
+    if (strcasecmp(key, "Sec-WebSocket-Protocol") == 0)
+        inbound_ws_protocols(value, &h->protocols);
+    else if (inbound_request_header_ok(key, value, h->connection, h->api_origin))
+        buf_printf(h->b, "%s: %s\r\n", key, value);
     return MHD_YES;
 }
 
+/* The client's address as the daemon sees it (not as the client claims it). */
 static void client_ip(api_req_t *r, char *out, size_t size)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    snprintf(out, size, "127.0.0.1");
-    if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)ci->client_addr)->sin_addr, out,
-                  (socklen_t)size);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    snprintf(out, size, "127.0.0.1"); /* the unix socket */
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)size);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)size);
 }
 
 /* The request line and headers as they go to the sandbox. */
@@ -124,24 +108,49 @@ static void request_head(api_req_t *r, const char *path, struct proxy *p, buf_t 
 {
     buf_printf(b, "%s /", r->method);
     escape(b, path ? path : "", true);
-    struct head_ctx h = {b, true};
+    struct head_ctx h = {
+        b, true, api_header(r, MHD_HTTP_HEADER_CONNECTION), !r->sandbox_origin, {0}};
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, add_arg, &h);
     buf_puts(b, " HTTP/1.1\r\n");
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_header, &h);
-    char ip[64];
+    if (h.protocols.len)
+        buf_printf(b, "Sec-WebSocket-Protocol: %s\r\n", h.protocols.data);
+    buf_free(&h.protocols);
+    char ip[INET6_ADDRSTRLEN];
     client_ip(r, ip, sizeof(ip));
-    const char *host = api_header(r, MHD_HTTP_HEADER_HOST);
-    buf_printf(b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n", ip);
-    if (host && !strpbrk(host, "\r\n"))
-        buf_printf(b, "X-Forwarded-Host: %s\r\n", host);
+    inbound_forwarded_headers(b, ip, api_header(r, MHD_HTTP_HEADER_HOST), "http");
     const char *cl = api_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     const char *te = api_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    if (cl && strspn(cl, "0123456789") == strlen(cl))
+    /* server.c refused any other framing (both headers, other codings) before we got here */
+    if (cl)
         buf_printf(b, "Content-Length: %s\r\n", cl);
-    else if (te && strcasestr(te, "chunked"))
+    else if (te)
         p->chunked_body = true, buf_puts(b, "Transfer-Encoding: chunked\r\n");
     buf_puts(b, p->websocket ? "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
                              : "Connection: close\r\n\r\n");
+}
+
+static enum MHD_Result arg_has_token(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    bool *found = cls;
+    *found =
+        inbound_has_token(key, strlen(key)) || (value && inbound_has_token(value, strlen(value)));
+    return *found ? MHD_NO : MHD_YES;
+}
+
+/* A token in the URL would reach the sandbox: refuse the request instead. */
+static int check_url(api_req_t *r, const char *path, err_t *err)
+{
+    bool found = path && inbound_has_token(path, strlen(path));
+    if (!found)
+        MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, arg_has_token, &found);
+    if (found)
+        return err_set(err, ERR_INVALID, 0, "token_in_url",
+                       "the URL holds a Sandboxer token, which must not reach the sandbox: send "
+                       "it in the Authorization header");
+    return 0;
 }
 
 static bool wants_websocket(api_req_t *r)
@@ -161,6 +170,8 @@ int h_proxy_begin(api_req_t *r, err_t *err)
         return err_set(err, ERR_INVALID, 0, "invalid_query", "port must be 1-65535");
     if (!port)
         port = r->vhost_port;
+    if (check_url(r, path, err) < 0)
+        return -1;
     struct sbx_target t;
     if (sbx_proxy_target(r->api->sbx, r->authed ? &r->user : NULL, key, (int)port, &t, err) < 0)
         return -1;
@@ -240,10 +251,31 @@ static void relay_main(struct api_stream *s, void *ctx)
     free(rl);
 }
 
+struct answer_ctx {
+    struct MHD_Response *resp;
+    const char *host; /* the sandbox origin's host name, or NULL on the API's origin */
+};
+
 static void copy_header(void *ctx, const char *name, const char *value)
 {
-    if (!hop_by_hop(name))
-        MHD_add_response_header(ctx, name, value);
+    struct answer_ctx *a = ctx;
+    if (inbound_response_header_ok(name, value, a->host, a->host == NULL))
+        MHD_add_response_header(a->resp, name, value);
+}
+
+/*
+ * The sandbox's answer headers that may pass. On the API's origin (where the console keeps
+ * its token) the answer runs no script and gets a unique origin, whatever the sandbox sent.
+ */
+static void answer_headers(api_req_t *r, const struct upstream_head *h, struct MHD_Response *resp)
+{
+    struct answer_ctx a = {resp, r->sandbox_origin ? r->origin_host : NULL};
+    upstream_each_header(h, copy_header, &a);
+    if (!r->sandbox_origin) {
+        MHD_add_response_header(resp, "Content-Security-Policy", INBOUND_API_ORIGIN_CSP);
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    }
+    r->sandbox_answer = true;
 }
 
 /* A WebSocket after its 101: bytes both ways until either side closes. */
@@ -332,7 +364,7 @@ static int reply_upgrade(api_req_t *r, struct proxy *p)
     }
     p->fd = -1; /* the tunnel owns it now */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
-    upstream_each_header(&p->head, copy_header, resp);
+    answer_headers(r, &p->head, resp);
     if (r->resp)
         MHD_destroy_response(r->resp);
     r->resp = resp;
@@ -402,7 +434,7 @@ static int reply_direct(api_req_t *r, struct proxy *p, bool no_body, err_t *err)
     }
     p->fd = -1; /* the response owns it now */
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    upstream_each_header(&p->head, copy_header, resp);
+    answer_headers(r, &p->head, resp);
     if (r->resp)
         MHD_destroy_response(r->resp);
     r->resp = resp;
@@ -443,7 +475,7 @@ int h_proxy(api_req_t *r, err_t *err)
     }
     p->fd = -1; /* the relay thread owns it now */
     p->head = (struct upstream_head){0};
-    upstream_each_header(&headers, copy_header, api_response(r));
+    answer_headers(r, &headers, api_response(r));
     buf_free(&headers.raw);
     return 0;
 }

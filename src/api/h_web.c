@@ -25,7 +25,7 @@ WEB_ASSET(web_addon_fit_js)
 
 #define WEB_CSP                                                                                    \
     "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self'; "    \
-    "script-src 'self'; frame-ancestors 'none'; base-uri 'none'"
+    "script-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
 struct web_asset {
     const char *name; /* the path below /ui/ ("" is the page itself, at /ui) */

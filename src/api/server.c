@@ -158,6 +158,7 @@ static void req_free(api_req_t *r)
     if (r->resp)
         MHD_destroy_response(r->resp);
     buf_free(&r->body);
+    free(r->origin_host);
     free(r->path);
     free(r);
 }
@@ -180,31 +181,31 @@ static bool declared_too_large(api_req_t *r)
     return cl && parse_size(cl, &n) && n > r->api->cfg.body_limit && !r->route->chunk;
 }
 
-/* Checks that need only the request line and headers: route, auth, declared size. */
 /*
  * With --vhost, a request for <name>.<vhost> or <name>-<port>.<vhost> is the proxy of
- * sandbox <name>: its path is rewritten to /sandboxes/<name>/proxy/<path>.
+ * sandbox <name>: its path is rewritten to /sandboxes/<name>/proxy/<path>. Every host below
+ * the vhost is a sandbox's origin, never the API's: one that is not a single label of a
+ * name reaches no sandbox (the same answer as an unknown name), never the API or console.
  */
 static void route_vhost(api_req_t *r)
 {
     const char *vhost = r->api->cfg.vhost;
     const char *host = api_header(r, MHD_HTTP_HEADER_HOST);
-    if (!vhost || !host)
+    if (!vhost || !host || host[0] == '[')
         return;
     size_t hl = strcspn(host, ":"), vl = strlen(vhost);
+    if (hl && host[hl - 1] == '.') /* the same host, fully qualified */
+        hl--;
     if (hl <= vl + 1 || host[hl - vl - 1] != '.' || strncasecmp(host + hl - vl, vhost, vl) != 0)
         return;
-    char label[64];
+    r->sandbox_origin = true;
+    r->origin_host = xstrndup(host, hl);
+    for (char *c = r->origin_host; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
     size_t ll = hl - vl - 1;
-    if (ll >= sizeof(label))
-        return;
-    for (size_t i = 0; i < ll; i++) {
-        char c = (char)tolower((unsigned char)host[i]);
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
-            return; /* not one DNS label of a name: not ours */
-        label[i] = c;
-    }
-    label[ll] = '\0';
+    char label[64] = "-";
+    if (ll < sizeof(label) && strspn(r->origin_host, "abcdefghijklmnopqrstuvwxyz0123456789-") >= ll)
+        snprintf(label, sizeof(label), "%.*s", (int)ll, r->origin_host);
     char *dash = strrchr(label, '-');
     long long port;
     if (dash && parse_int(dash + 1, 1, 65535, &port)) {
@@ -216,6 +217,49 @@ static void route_vhost(api_req_t *r)
     r->path = path;
 }
 
+struct framing {
+    int cl, te;
+    const char *cl_value, *te_value;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    struct framing *f = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        f->cl++, f->cl_value = value ? value : "";
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+        f->te++, f->te_value = value ? value : "";
+    return MHD_YES;
+}
+
+/*
+ * One way to frame a body, so that what the daemon reads is what a sandbox behind the proxy
+ * reads: Content-Length (once, digits) or Transfer-Encoding: chunked, never both (RFC 9112
+ * 6.3 lets a server refuse that; a proxy that passes it on is how requests are smuggled).
+ */
+static int check_framing(api_req_t *r, err_t *err)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.cl && f.te)
+        return err_set(err, ERR_INVALID, 0, "bad_framing",
+                       "a request with both Content-Length and Transfer-Encoding is refused");
+    size_t tl = f.te ? strlen(f.te_value) : 0;
+    while (tl && isspace((unsigned char)f.te_value[tl - 1]))
+        tl--;
+    if (f.te && (f.te > 1 || tl != 7 || strncasecmp(f.te_value, "chunked", 7) != 0))
+        return err_set(err, ERR_INVALID, 0, "bad_framing",
+                       "the only Transfer-Encoding taken is chunked");
+    if (f.cl &&
+        (f.cl > 1 || !*f.cl_value || strspn(f.cl_value, "0123456789") != strlen(f.cl_value)))
+        return err_set(err, ERR_INVALID, 0, "bad_framing",
+                       "Content-Length must be given once, as digits");
+    return 0;
+}
+
+/* Checks that need only the request line and headers: route, auth, declared size. */
 static void on_headers(api_req_t *r)
 {
     err_t err = {0};
@@ -224,6 +268,8 @@ static void on_headers(api_req_t *r)
     size_t len = strlen(r->path);
     if (atomic_load(&r->api->draining)) {
         err_set(&err, ERR_UNAVAILABLE, 0, "shutting_down", "the daemon is shutting down");
+    } else if (check_framing(r, &err) < 0) {
+        /* refused before anything reads the body */
     } else if (len > API_MAX_URL) {
         err_set(&err, ERR_INVALID, 0, "uri_too_long", "the request path is longer than %d bytes",
                 API_MAX_URL);
@@ -276,7 +322,10 @@ static void run_handler(api_req_t *r)
 static enum MHD_Result queue(api_req_t *r)
 {
     MHD_add_response_header(r->resp, "X-Request-Id", r->rid);
-    if (r->status == MHD_HTTP_UNAUTHORIZED)
+    /* The daemon's own answers are never sniffed into something else (a sandbox's are its own). */
+    if (!r->sandbox_answer && !MHD_get_response_header(r->resp, "X-Content-Type-Options"))
+        MHD_add_response_header(r->resp, "X-Content-Type-Options", "nosniff");
+    if (r->status == MHD_HTTP_UNAUTHORIZED && !r->sandbox_answer) /* the sandbox's 401 is its own */
         MHD_add_response_header(r->resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer realm=\"sandboxer\"");
     if (r->status == MHD_HTTP_METHOD_NOT_ALLOWED) {

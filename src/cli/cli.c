@@ -46,7 +46,8 @@ static const struct cli_verb verbs[] = {
                 "  --pids N         the most processes it may run\n"
                 "  --disk SIZE      the most its files may take, e.g. 2G (needs a daemon\n"
                 "                   whose state dir is on btrfs or has project quotas)\n"
-                "  --public         let its proxied ports be reached without a token\n"
+                "  --public         let its --port ports (else the image's exposed ones) be\n"
+                "                   reached without a token; other ports stay its owner's\n"
                 "  --port N         a port of the sandbox to proxy (repeatable)\n"
                 "  --network MODE   its way out: none, open (NAT), or proxy (only the\n"
                 "                   --allow hosts, through the daemon's egress proxy);\n"
@@ -157,12 +158,14 @@ static const struct cli_verb verbs[] = {
         .run = cmd_update,
         .summary = "change a sandbox's label or whether it is public",
         .synopsis = "ID [--label L] [--public | --private]",
-        .help = "Changes the label of a sandbox, or whether its proxied ports answer without a\n"
-                "token (--public) or only to its owner (--private), and prints the change.\n"
+        .help = "Changes the label of a sandbox, or whether its declared ports (create --port,\n"
+                "else the image's exposed ones) answer without a token (--public) or only to\n"
+                "its owner (--private), and prints the change. Other ports are always its\n"
+                "owner's.\n"
                 "\n"
                 "Options:\n"
                 "  --label L    the new label (not empty)\n"
-                "  --public     its proxy answers anyone\n"
+                "  --public     its proxy answers anyone on its declared ports\n"
                 "  --private    its proxy answers only its owner's token\n",
         .opts = "label=,public,private",
         .min_args = 1,

@@ -16,6 +16,7 @@
 #include "common/proc.h"
 #include "common/util.h"
 #include "runtime.h"
+#include "runtime_internal.h"
 
 #define RUNC_TIMEOUT_MS 30000
 
@@ -26,6 +27,14 @@ extern char **environ;
 void runtime_configure(const struct runtime_config *c)
 {
     cfg = *c;
+}
+
+size_t runtime_state_prefix(const char **prefix)
+{
+    /* runc's root is <state dir>/runc: the state dir is what comes before its last slash. */
+    const char *slash = strrchr(cfg.root, '/');
+    *prefix = cfg.root;
+    return slash && slash != cfg.root ? (size_t)(slash - cfg.root) : strlen(cfg.root);
 }
 
 /* Run `runc --root ROOT <args...>` and fail with its stderr when it fails. */
@@ -128,38 +137,6 @@ static pid_t spawn_shim(const struct shim_paths *p, err_t *err)
     return pid;
 }
 
-/*
- * The first error of CRIU's restore log (runc only says "criu failed"); when CRIU's first
- * error is the final "Restoring FAILED", the line before it says what went wrong.
- */
-static void criu_first_error(int dirfd, char *out, size_t size)
-{
-    int fd = openat(dirfd, "restore.log", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-    if (!f) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    char line[512], prev[512] = "";
-    while (fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        const char *e = strstr(line, "Error (");
-        /* CRIU logs its failure to raise its own fd limit as an error, and carries on. */
-        if (e && !strstr(e, "RLIMIT_NOFILE for self")) {
-            const char *say = e;
-            if (strstr(e, "Restoring FAILED") && prev[0]) {
-                say = strchr(prev, ')'); /* past the "(00.004968)" time stamp */
-                say = say ? say + 1 + strspn(say + 1, " \t") : prev;
-            }
-            snprintf(out, size, "%s", say);
-            break;
-        }
-        snprintf(prev, sizeof(prev), "%s", line);
-    }
-    fclose(f);
-}
-
 pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid, err_t *err)
 {
     pid_t shim = spawn_shim(p, err);
@@ -183,7 +160,7 @@ pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid,
     char why[1024] = "", criu[512] = "";
     read_small_file(dirfd, "runc.err", why, sizeof(why));
     if (p->restore)
-        criu_first_error(dirfd, criu, sizeof(criu));
+        criu_restore_error(dirfd, criu, sizeof(criu));
     return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s%s%s",
                    why[0] ? ": " : "", why, criu[0] ? "; CRIU: " : "", criu);
 }

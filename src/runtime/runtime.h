@@ -101,6 +101,15 @@ int runtime_pause(const char *id, bool pause, err_t *err);
  */
 int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,
                        bool leave_running, err_t *err);
+/* Replace the host paths of the daemon's state (those naming sandboxer, and /proc/...) in a
+ * message from runc or CRIU by "...": its owner may read it, the host's layout stays ours. */
+void runtime_scrub_paths(char *s);
+/*
+ * After a failed runtime_checkpoint with work_dir: read CRIU's dump.log there, log its errors,
+ * and when CRIU says why, turn err into ERR_CONFLICT "checkpoint_failed" naming the process
+ * and the cause in the user's terms (sandbox pids, no host paths). Returns -1.
+ */
+int runtime_checkpoint_explain(const char *work_dir, const char *id, err_t *err);
 /* After a restore: give the restored tree its own hostname (it comes back with the source's). */
 int runtime_after_restore(pid_t init_pid, const char *hostname, err_t *err);
 /* True if CRIU works here (`criu check`), tested once. */

@@ -29,7 +29,7 @@ static int find_root(sbx_mgr_t *m, const sandbox_rec_t *r, char *root, size_t si
 static json_t *node_json(const sandbox_rec_t *r)
 {
     return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", r->id, "name", r->name, "label", r->label,
-                     "status", r->status, "children", json_array());
+                     "status", sandbox_status_name(r->status), "children", json_array());
 }
 
 /* ASCII art of node and its children, `tree` style; dead nodes are marked. */
@@ -95,24 +95,27 @@ static bool descends(sbx_mgr_t *m, const sandbox_rec_t *final, const char *paren
     return false;
 }
 
-/* Delete each victim already marked (intent delete); the final one stays. */
+/* Delete each victim (marked with intent coalesce); the final one stays. */
 static json_t *delete_victims(sbx_mgr_t *m, int64_t owner_id, const char *const *victims, size_t n)
 {
     json_t *done = json_array();
     for (size_t i = 0; i < n; i++) {
-        struct sbx_live *l = sbx_live_get(m, victims[i], true);
+        struct sbx_change c;
         err_t e = {0};
-        runtime_kill(victims[i], 9, true, &e); /* ends running execs, which hold the lock */
-        pthread_rwlock_wrlock(&l->lock);
-        if (sbx_teardown(m, victims[i], true, &e) == 0 &&
-            store_sandbox_set_deleted(m->store, victims[i], "coalesced", &e) == 0) {
+        /* The change protocol, as a delete; the intent is already recorded for all. */
+        int rc = sbx_change_begin(m, NULL, victims[i], SBX_OP_COALESCE, &c, &e);
+        if (rc == 0 && (rc = sbx_teardown(m, c.id, true, &e)) == 0 &&
+            (rc = store_sandbox_set_deleted(m->store, c.id, "coalesced", &e)) == 0) {
+            c.intent_written = false;
             json_array_append_new(done, json_string(victims[i]));
             sbx_event(m, owner_id, victims[i], "deleted",
                       json_pack("{s:s}", "reason", "coalesced"));
-        } else
-            log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i], e.msg);
-        pthread_rwlock_unlock(&l->lock);
-        sbx_live_put(m, l);
+        } else if (rc < 0) {
+            log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i],
+                     e.msg);
+        }
+        if (rc >= 0)
+            sbx_change_end(&c);
         sbx_live_remove(m, victims[i]);
         if (i == 0)
             sbx_fault_point("coalesce.after_first_delete");
@@ -134,7 +137,7 @@ int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key, cons
     if (!descends(m, &final, parent.id))
         rc = err_set(err, ERR_INVALID, 0, "not_a_descendant", "sandbox %s does not descend from %s",
                      final.id, parent.id);
-    else if (strcmp(final.status, "terminated") == 0)
+    else if (final.status == SBX_TERMINATED)
         rc = err_set(err, ERR_CONFLICT, 0, "sandbox_terminated", "the final sandbox is deleted");
     sandbox_rec_t *items = NULL;
     size_t n = 0;
@@ -143,7 +146,7 @@ int sbx_coalesce(sbx_mgr_t *m, const user_t *owner, const char *parent_key, cons
     const char **victims = xcalloc(n + 1, sizeof(*victims));
     size_t nv = 0;
     for (size_t i = 0; rc == 0 && i < n; i++)
-        if (strcmp(items[i].id, final.id) != 0 && strcmp(items[i].status, "terminated") != 0)
+        if (strcmp(items[i].id, final.id) != 0 && items[i].status != SBX_TERMINATED)
             victims[nv++] = items[i].id;
     /* All victims are marked at once with the new root: a crash finishes the job on start. */
     if (rc == 0)

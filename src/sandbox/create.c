@@ -18,8 +18,6 @@
 #include "net/net.h"
 #include "storage/storage.h"
 
-#define START_TIMEOUT_MS 20000
-
 /* Image Env, then the request's env over it, as "K=V" strings. */
 /* The image's environment, PATH and HOSTNAME, the proxy variables for a sandbox whose
  * network is "proxy" (when proxy_of is its manager), then the request's env on top. */
@@ -83,34 +81,6 @@ static json_t *main_argv(const json_t *img_cfg, json_t *args)
     return out;
 }
 
-static int write_file(const char *dir, const char *name, const char *text, err_t *err)
-{
-    _cleanup_free_ char *path = xasprintf("%s/%s", dir, name);
-    int fd _cleanup_close_ =
-        open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-        return err_sys(err, "write %s", path);
-    return 0;
-}
-
-int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err)
-{
-    const char *dirs[] = {p->dir, p->bundle, p->rootfs, p->run, p->sock, p->logs, p->etc};
-    for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
-        if (mkdir(dirs[i], i == 0 ? 0711 : 0755) < 0)
-            return err_sys(err, "create %s", dirs[i]);
-    chmod(p->run, 0700);
-    chmod(p->logs, 0700);
-    _cleanup_free_ char *hostname_nl = xasprintf("%s\n", hostname);
-    _cleanup_free_ char *hosts = xasprintf("127.0.0.1\tlocalhost\n::1\tlocalhost "
-                                           "ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
-                                           hostname);
-    return write_file(p->etc, "hostname", hostname_nl, err) < 0 ||
-                   write_file(p->etc, "hosts", hosts, err) < 0
-               ? -1
-               : 0;
-}
-
 /* Everything we keep about the sandbox beyond the columns. */
 static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, const image_t *img,
                          json_t *env, json_t *argv)
@@ -151,127 +121,14 @@ uint64_t sbx_spec_disk(const json_t *spec)
     return v > 0 ? (uint64_t)v : 0;
 }
 
-int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
-{
-    if (storage_is_mounted(p->rootfs))
-        return 0;
-    json_t *layers = json_object_get(r->spec, "layers");
-    size_t n = json_array_size(layers);
-    _cleanup_free_ char **dirs = xcalloc(n + 1, sizeof(*dirs));
-    for (size_t i = 0; i < n; i++)
-        dirs[i] = (char *)json_string_value(json_array_get(layers, i));
-    return storage_mount_overlay(dirs, n, p->upper, p->work, p->rootfs, err);
-}
-
-int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
-                  err_t *err)
-{
-    const char *egress = json_string_value(json_object_get(r->spec, "network"));
-    /* "proxy": no way out but the egress proxy on the gateway, which every sandbox may reach
-     * (it answers only those whose network is "proxy"): for the rules, that is "none". */
-    if (egress && strcmp(egress, "proxy") == 0)
-        egress = "none";
-    struct net_sandbox ns;
-    if (net_sandbox_setup(m->cfg.net, r->id, r->owner_id, egress ? egress : "none",
-                          ip && *ip ? ip : NULL, &ns, err) < 0 ||
-        net_write_etc(p->etc, r->hostname, &ns, err) < 0)
-        return -1;
-    return store_sandbox_set_ip(m->store, r->id, ns.ip, err);
-}
-
-int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
-{
-    _cleanup_free_ char *netns = xasprintf("%s/netns/%s", m->cfg.state_dir, r->id);
-    json_t *res = json_object_get(r->spec, "resources");
-    struct spec_opts so = {
-        .id = r->id,
-        .hostname = r->hostname,
-        .agent_dir = json_object_get(r->spec, "agent_dir")
-                         ? json_string_value(json_object_get(r->spec, "agent_dir"))
-                         : m->agent_dir,
-        .criu_conf = m->criu_conf,
-        .sock_dir = p->sock,
-        .etc_dir = p->etc,
-        .netns_path = netns,
-        .env = json_object_get(r->spec, "env"),
-        .args = json_object_get(r->spec, "args"),
-        .cwd = json_string_value(json_object_get(r->spec, "cwd")),
-        .user = json_string_value(json_object_get(r->spec, "user")),
-        .tty = r->interactive,
-        .cpus = json_number_value(json_object_get(res, "cpus")),
-        .memory = (uint64_t)json_integer_value(json_object_get(res, "memory")),
-        .pids = json_integer_value(json_object_get(res, "pids")),
-    };
-    json_t *spec _cleanup_json_ = NULL;
-    _cleanup_free_ char *config = xasprintf("%s/config.json", p->bundle);
-    if (runtime_spec_build(&so, &spec, err) < 0)
-        return -1;
-    if (json_dump_file(spec, config, JSON_COMPACT) < 0)
-        return err_sys(err, "write %s", config);
-    return 0;
-}
-
 /* Prepare storage and bundle and boot: 0 running, 1 already exited, -1 failed. */
 static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
                            const struct sbx_paths *p, err_t *err)
 {
     if (sbx_make_dirs(p, r->hostname, err) < 0 || sbx_net_setup(m, r, p, NULL, err) < 0 ||
-        storage_layer_create(m->driver, p->layer, sbx_spec_disk(r->spec), err) < 0 ||
-        sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, err) < 0)
+        storage_layer_create(m->driver, p->layer, sbx_spec_disk(r->spec), err) < 0)
         return -1;
-    return sbx_boot(m, l, p, NULL, r->hostname, err);
-}
-
-/* Forget what an earlier run of the container left in its run dir. */
-static void clear_run_dir(int run_fd)
-{
-    const char *names[] = {"init.pid", "exit", "shim.pid", "runc.err"};
-    for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-        unlinkat(run_fd, names[i], 0);
-}
-
-/* True once the shim recorded the container's end (waits up to a second for it). */
-static bool wait_exit_file(int run_fd)
-{
-    for (int i = 0; i < 200; i++) {
-        if (faccessat(run_fd, "exit", F_OK, 0) == 0)
-            return true;
-        usleep(5000);
-    }
-    return false;
-}
-
-int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
-             const char *hostname, err_t *err)
-{
-    int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int run_fd _cleanup_close_ = open(p->run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dirfd < 0 || run_fd < 0)
-        return err_sys(err, "open the sandbox's dirs");
-    clear_run_dir(run_fd);
-    struct shim_paths sp = {l->id, p->bundle, p->run, p->logs, m->cfg.log_max, restore};
-    if (l->shim_pidfd >= 0) { /* a new shim replaces the one of an earlier run */
-        epoll_ctl(m->epfd, EPOLL_CTL_DEL, l->shim_pidfd, NULL);
-        close(l->shim_pidfd);
-        l->shim_pidfd = -1;
-    }
-    l->shim_pid = runtime_start(&sp, START_TIMEOUT_MS, &l->init_pid, err);
-    if (l->shim_pid <= 0 || sbx_watch(m, l, err) < 0)
-        return -1;
-    /* A restored main process may end at once (e.g. on a connection that came back closed). */
-    if (restore && runtime_after_restore(l->init_pid, hostname, err) < 0)
-        return wait_exit_file(run_fd) ? 1 : -1;
-    double deadline = now_mono_ms() + START_TIMEOUT_MS;
-    /* Until the agent answers, or the main process has already finished (hello-world). */
-    while (now_mono_ms() < deadline) {
-        err_t e = {0};
-        if (agentc_wait_ready(dirfd, "agent.sock", l->init_pid, 50, &e) == 0)
-            return 0;
-        if (faccessat(run_fd, "exit", F_OK, 0) == 0)
-            return 1;
-        *err = e;
-    }
-    return err_prefix(err, "the sandbox's agent did not answer");
+    return sbx_start(m, l, r, p, NULL, err);
 }
 
 static void fill_record(sandbox_rec_t *r, const user_t *owner, const struct sbx_create_req *q,
@@ -283,8 +140,8 @@ static void fill_record(sandbox_rec_t *r, const user_t *owner, const struct sbx_
     r->owner_id = owner->id;
     snprintf(r->label, sizeof(r->label), "%s", q->label ? q->label : "");
     snprintf(r->image, sizeof(r->image), "%s", ref);
-    snprintf(r->status, sizeof(r->status), "creating");
-    snprintf(r->intent, sizeof(r->intent), "create");
+    r->status = SBX_CREATING;
+    r->intent = SBX_INTENT_CREATE;
     snprintf(r->hostname, sizeof(r->hostname), "%.12s", r->id);
     if (q->hostname)
         snprintf(r->hostname, sizeof(r->hostname), "%s", q->hostname);
@@ -336,7 +193,7 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
         sbx_finish_exit(m, r.id);
         rc = 0;
     } else if (rc == 0) {
-        rc = store_sandbox_set_status(m->store, r.id, "running", NULL, false, 0, err);
+        rc = store_sandbox_set_status(m->store, r.id, SBX_RUNNING, SBX_INTENT_NONE, false, 0, err);
     }
     pthread_rwlock_unlock(&l->lock);
     sbx_live_put(m, l);
@@ -345,11 +202,12 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
         memcpy(id, r.id, sizeof(id));
         store_sandbox_rec_clear(&r); /* read back: the status is the one recorded */
         store_sandbox_get(m->store, -1, id, &r, NULL);
+        const char *status = sandbox_status_name(r.status);
         log_info("sandbox.created", "sandbox=%s image=%s user=%s status=%s", r.id, r.image,
-                 owner->name, r.status);
+                 owner->name, status);
         *out = sbx_to_json(m, &r);
         sbx_event(m, owner->id, r.id, "created",
-                  json_pack("{s:s, s:s}", "image", r.image, "status", r.status));
+                  json_pack("{s:s, s:s}", "image", r.image, "status", status));
     } else {
         sbx_live_remove(m, r.id);
     }

@@ -30,26 +30,12 @@ int sbx_check_exec_argv(json_t *argv, json_t *env, err_t *err)
     return 0;
 }
 
-/* 409 unless the sandbox runs; the message says what it is instead. */
-static int require_running(const sandbox_rec_t *r, err_t *err)
-{
-    if (strcmp(r->status, "running") == 0 && !r->intent[0])
-        return 0;
-    if (r->intent[0])
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_busy", "the sandbox is being %sd", r->intent);
-    if (strcmp(r->status, "paused") == 0)
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_paused",
-                       "the sandbox is paused; unpause it first");
-    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s, not running",
-                   r->status);
-}
-
 int sbx_exec_check(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err)
 {
     sandbox_rec_t r;
     if (sbx_wake_if_needed(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &r, err) < 0)
         return -1;
-    int rc = require_running(&r, err);
+    int rc = sbx_require_status(SBX_OP_PROCESSES, &r, err);
     store_sandbox_rec_clear(&r);
     return rc;
 }
@@ -146,38 +132,74 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
     return rc;
 }
 
+/* Under l's read lock: 0 if the work may go on, 1 if the sandbox went to sleep meanwhile. */
+static int check_use(sbx_mgr_t *m, struct sbx_live *l, sandbox_rec_t *rec, err_t *err)
+{
+    /* Under the lock the status cannot change: this read decides. */
+    if (store_sandbox_get(m->store, -1, l->id, rec, err) < 0)
+        return -1;
+    int rc = rec->status == SBX_HIBERNATED ? 1 : sbx_require_status(SBX_OP_PROCESSES, rec, err);
+    if (rc == 0 && atomic_load(&l->execs) > (int)m->cfg.max_execs)
+        rc = err_set(err, ERR_LIMIT, 0, "too_many_execs", "the sandbox already runs %u execs",
+                     m->cfg.max_execs);
+    if (rc != 0)
+        store_sandbox_rec_clear(rec);
+    return rc;
+}
+
+int sbx_use_begin(sbx_mgr_t *m, const user_t *owner, const char *key, struct sbx_live **out,
+                  sandbox_rec_t *rec, err_t *err)
+{
+    /* A hibernated sandbox wakes first; one that is hibernated again between the wake and
+     * the lock (the idle reaper) wakes again: at most a few rounds. */
+    for (int round = 0; round < 3; round++) {
+        sandbox_rec_t hint;
+        if (sbx_wake_if_needed(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &hint, err) < 0)
+            return -1;
+        sbx_barrier("use.before_lock");
+        struct sbx_live *l = sbx_live_get(m, hint.id, true);
+        store_sandbox_rec_clear(&hint);
+        pthread_rwlock_rdlock(&l->lock);
+        atomic_fetch_add(&l->execs, 1); /* counted at once: the reaper sees it busy */
+        int rc = check_use(m, l, rec, err);
+        if (rc == 0) {
+            *out = l;
+            return 0;
+        }
+        sbx_use_end(m, l);
+        if (rc < 0)
+            return -1;
+    }
+    return err_set(err, ERR_CONFLICT, 0, "sandbox_busy",
+                   "the sandbox keeps being hibernated; try again");
+}
+
+void sbx_use_end(sbx_mgr_t *m, struct sbx_live *l)
+{
+    atomic_fetch_sub(&l->execs, 1);
+    pthread_rwlock_unlock(&l->lock);
+    sbx_live_put(m, l);
+}
+
 int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sbx_exec_req *q,
              sbx_output_fn sink, void *ctx, struct sbx_exec_result *res, err_t *err)
 {
     sandbox_rec_t r;
-    /* A hibernated sandbox wakes first: the request waits, then proceeds. */
-    if (sbx_wake_if_needed(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &r, err) < 0)
+    struct sbx_live *l;
+    if (sbx_use_begin(m, owner, key, &l, &r, err) < 0)
         return -1;
-    struct sbx_live *l = NULL;
-    int rc = require_running(&r, err);
-    if (rc == 0 && !(l = sbx_live_get(m, r.id, false)))
-        rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is not running");
+    struct exec_ctx c = {m, 0, sink, ctx, res, {0, 0}};
+    int rc = store_exec_begin(m->store, r.id, q->command, &c.eid, err);
     if (rc == 0) {
-        pthread_rwlock_rdlock(&l->lock);
-        if (atomic_fetch_add(&l->execs, 1) >= (int)m->cfg.max_execs)
-            rc = err_set(err, ERR_LIMIT, 0, "too_many_execs", "the sandbox already runs %u execs",
-                         m->cfg.max_execs);
-        struct exec_ctx c = {m, 0, sink, ctx, res, {0, 0}};
-        if (rc == 0)
-            rc = store_exec_begin(m->store, r.id, q->command, &c.eid, err);
-        if (rc == 0) {
-            res->execution_id = c.eid;
-            rc = run_agent_exec(m, l, q, &c, err);
-            store_exec_end(m->store, c.eid, rc == 0 ? res->exit_code : -1, NULL);
-            sbx_event(m, r.owner_id, r.id, "exec",
-                      json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)c.eid, "command",
-                                q->command, "exit_code", rc == 0 ? res->exit_code : -1));
-            store_sandbox_touch(m->store, r.id);
-        }
-        atomic_fetch_sub(&l->execs, 1);
-        pthread_rwlock_unlock(&l->lock);
-        sbx_live_put(m, l);
+        res->execution_id = c.eid;
+        rc = run_agent_exec(m, l, q, &c, err);
+        store_exec_end(m->store, c.eid, rc == 0 ? res->exit_code : -1, NULL);
+        sbx_event(m, r.owner_id, r.id, "exec",
+                  json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)c.eid, "command",
+                            q->command, "exit_code", rc == 0 ? res->exit_code : -1));
+        store_sandbox_touch(m->store, r.id);
     }
+    sbx_use_end(m, l);
     store_sandbox_rec_clear(&r);
     return rc;
 }
@@ -199,20 +221,55 @@ static int default_port(const sandbox_rec_t *r)
     return 0;
 }
 
+/* True if anyone may reach port of public sandbox r: one it declared, as default_port reads. */
+static bool public_port(const sandbox_rec_t *r, int port)
+{
+    json_t *ports = json_object_get(r->spec, "ports");
+    size_t i;
+    json_t *v;
+    json_array_foreach(ports, i, v)
+    {
+        if (json_integer_value(v) == port)
+            return true;
+    }
+    if (json_array_size(ports) > 0)
+        return false;
+    const char *key;
+    json_object_foreach(json_object_get(r->spec, "exposed_ports"), key, v)
+    {
+        if (atoi(key) == port && strstr(key, "/udp") == NULL)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Not the caller's and not open to them. Without a token an unknown name, a private sandbox
+ * and a port a public one did not declare answer alike (nothing tells which); with a token,
+ * the 404 of any other owner's sandbox.
+ */
+static int not_open(const user_t *caller, err_t *err)
+{
+    if (caller)
+        return err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox");
+    return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
+                   "no public sandbox port here: send the sandbox owner's token");
+}
+
 int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
                      struct sbx_target *out, err_t *err)
 {
     sandbox_rec_t r;
     bool mine = caller && sbx_lookup(m, caller, key, &r, NULL) == 0;
     if (!mine) {
-        /* Someone else's (or no token): only a public sandbox's proxy answers. */
+        /* Someone else's (or no token): only a public sandbox's declared ports answer. */
         if (!key || strlen(key) > 64 || store_sandbox_get(m->store, -1, key, &r, NULL) < 0)
-            return err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox");
-        if (!r.is_public) {
+            return not_open(caller, err);
+        if (!port)
+            port = default_port(&r);
+        if (!r.is_public || !public_port(&r, port)) {
             store_sandbox_rec_clear(&r);
-            return caller ? err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox")
-                          : err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
-                                    "this sandbox is private: send its owner's token");
+            return not_open(caller, err);
         }
     }
     user_t owner = {.id = r.owner_id};

@@ -20,27 +20,19 @@ struct sbx_files {
     bool writing;
 };
 
-/* Wake if needed, check it runs, take its lock and connect to its agent. */
+/* Wake if needed, take its lock, check it runs and connect to its agent. */
 static sbx_files_t *files_open(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err)
 {
-    if (sbx_exec_check(m, owner, key, err) < 0)
-        return NULL;
     sandbox_rec_t r;
-    if (sbx_lookup(m, owner, key, &r, err) < 0)
+    struct sbx_live *l;
+    if (sbx_use_begin(m, owner, key, &l, &r, err) < 0)
         return NULL;
-    struct sbx_live *l = sbx_live_get(m, r.id, false);
     store_sandbox_rec_clear(&r);
-    if (!l) {
-        err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is not running");
-        return NULL;
-    }
-    pthread_rwlock_rdlock(&l->lock);
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int fd = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
     if (fd < 0) {
-        pthread_rwlock_unlock(&l->lock);
-        sbx_live_put(m, l);
+        sbx_use_end(m, l);
         return NULL;
     }
     sbx_files_t *f = xcalloc(1, sizeof(*f));
@@ -55,9 +47,8 @@ void sbx_files_close(sbx_files_t *f)
     if (f->writing)
         agentc_write_abort(&f->writer);
     close(f->fd);
-    pthread_rwlock_unlock(&f->l->lock);
     store_sandbox_touch(f->m->store, f->l->id);
-    sbx_live_put(f->m, f->l);
+    sbx_use_end(f->m, f->l);
     free(f);
 }
 

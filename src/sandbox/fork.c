@@ -25,68 +25,6 @@
 #include "sandbox_internal.h"
 #include "storage/storage.h"
 
-#define QUIESCE_TIMEOUT_S 10
-
-void sbx_fault_point(const char *name)
-{
-    const char *want = getenv("SANDBOXER_FAULT");
-    if (want && strcmp(want, name) == 0) {
-        log_warn("fault.injected", "point=%s", name);
-        raise(SIGKILL);
-    }
-}
-
-int sbx_lock_quiesced(struct sbx_live *l, err_t *err)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += QUIESCE_TIMEOUT_S;
-    atomic_fetch_add(&l->changing, 1);
-    int rc = pthread_rwlock_timedwrlock(&l->lock, &ts);
-    atomic_fetch_sub(&l->changing, 1);
-    if (rc != 0)
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_busy",
-                       "execs or terminal sessions are still open in the sandbox; try again "
-                       "when they end");
-    return 0;
-}
-
-/* Where the source of a clone is captured. */
-struct capture {
-    const char *ckpt_dir; /* CRIU images; NULL: files only */
-    const char *layer;    /* where the writable layer is cloned to */
-    const char *work_dir; /* CRIU's log */
-    uint64_t quota;       /* the clone's disk limit (0: none) */
-};
-
-/*
- * Freeze the source, checkpoint it (leaving it running) and copy its writable layer, then
- * thaw it. The caller holds the source's lock. fault names the crash-test points.
- */
-static int capture(sbx_mgr_t *m, const sandbox_rec_t *src, const struct capture *c,
-                   const char *fault, err_t *err)
-{
-    bool was_paused = strcmp(src->status, "paused") == 0;
-    struct sbx_paths sp;
-    sbx_paths_init(m, src->id, &sp);
-    int rc = 0;
-    if (!was_paused)
-        rc = runtime_pause(src->id, true, err);
-    if (rc == 0 && c->ckpt_dir)
-        rc = runtime_checkpoint(src->id, c->ckpt_dir, c->work_dir, true, err);
-    if (rc == 0) {
-        sbx_fault_point(fault);
-        rc = storage_layer_clone(m->driver, sp.layer, c->layer, c->quota, err);
-    }
-    err_t e = {0};
-    if (!was_paused && runtime_pause(src->id, false, &e) < 0 && rc == 0) {
-        *err = e;
-        rc = -1;
-    }
-    sbx_paths_free(&sp);
-    return rc;
-}
-
 /* A new record for a clone of spec/image, child of parent_id (or a root). */
 static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *spec,
                          const char *image, const char *parent_id, const char *label,
@@ -98,8 +36,8 @@ static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *sp
     r->owner_id = owner->id;
     snprintf(r->label, sizeof(r->label), "%s", label ? label : "");
     snprintf(r->image, sizeof(r->image), "%s", image);
-    snprintf(r->status, sizeof(r->status), "creating");
-    snprintf(r->intent, sizeof(r->intent), "create");
+    r->status = SBX_CREATING;
+    r->intent = SBX_INTENT_CREATE;
     snprintf(r->hostname, sizeof(r->hostname), "%.12s", r->id);
     if (hostname)
         snprintf(r->hostname, sizeof(r->hostname), "%s", hostname);
@@ -111,22 +49,30 @@ static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *sp
     r->interactive = json_is_true(json_object_get(spec, "interactive"));
 }
 
-/* Start a prepared clone (dirs made, upper filled) from ckpt (or afresh when NULL). */
+/*
+ * Start a prepared clone (dirs made, upper filled) from ckpt, or afresh when ckpt is NULL. A
+ * restore that fails falls back to a fresh start from the files when cold_ok: *memory then
+ * says false and why is in *why (and the log).
+ */
 static int start_clone(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p,
-                       const char *ckpt, err_t *err)
+                       const char *ckpt, bool cold_ok, bool *memory, err_t *err)
 {
     struct sbx_live *l = sbx_live_get(m, r->id, true);
     pthread_rwlock_wrlock(&l->lock);
-    int rc = sbx_mount_rootfs(r, p, err);
-    if (rc == 0)
-        rc = sbx_write_bundle(m, r, p, err);
-    if (rc == 0)
-        rc = sbx_boot(m, l, p, ckpt, r->hostname, err);
+    *memory = ckpt != NULL;
+    int rc = sbx_start(m, l, r, p, ckpt, err);
+    if (rc < 0 && ckpt && cold_ok) {
+        log_warn("sandbox.restore_failed", "sandbox=%s msg=\"%s\" fallback=cold", r->id, err->msg);
+        sbx_note(m, r->id, "restore", err->msg);
+        *memory = false;
+        rc = sbx_start_cold_after(m, l, r, p, err);
+    }
     if (rc == 1) { /* a fresh start whose main process ended already */
         sbx_finish_exit(m, r->id);
         rc = 0;
     } else if (rc == 0) {
-        rc = store_sandbox_set_status(m->store, r->id, "running", NULL, false, 0, err);
+        rc = store_sandbox_set_status(m->store, r->id, SBX_RUNNING, SBX_INTENT_NONE, false, 0,
+                                      err);
     }
     pthread_rwlock_unlock(&l->lock);
     sbx_live_put(m, l);
@@ -153,70 +99,91 @@ static json_t *clone_json(sbx_mgr_t *m, const char *id, bool memory)
     return j;
 }
 
+/* Make the child's row (intent create), dirs, network and checkpoint dir. */
+static int prepare_child(sbx_mgr_t *m, const sandbox_rec_t *child, const struct sbx_paths *cp,
+                         const char *ckpt, err_t *err)
+{
+    /* The child's row first, as intent: a crash from here on is undone on start. */
+    if (store_sandbox_insert(m->store, child, err) < 0 ||
+        sbx_make_dirs(cp, child->hostname, err) < 0 ||
+        /* its own namespace and address; a listener on 0.0.0.0 serves there too */
+        sbx_net_setup(m, child, cp, NULL, err) < 0)
+        return -1;
+    if (ckpt && !mkdir_p(ckpt, 0700))
+        return err_sys(err, "create %s", ckpt);
+    return 0;
+}
+
+/* Capture the parent under its change (lock held, record re-read) into the child's dirs. */
+static int capture_parent(sbx_mgr_t *m, struct sbx_change *pc, const sandbox_rec_t *child,
+                          const struct sbx_paths *cp, const char *ckpt, err_t *err)
+{
+    struct sbx_capture cap = {ckpt, cp->layer, cp->run, sbx_spec_disk(pc->rec.spec)};
+    if (sbx_capture(m, &pc->rec, &cap, "fork.after_checkpoint", err) == 0)
+        return 0;
+    /* The parent goes on as it was (CRIU lets a tree it could not dump run on, and capture
+     * thawed what it froze); say why in the user's terms, keep CRIU's log in ours. */
+    if (ckpt)
+        runtime_checkpoint_explain(cp->run, pc->rec.id, err);
+    return -1;
+}
+
+/* Begin op (fork or snapshot) on a sandbox that must run: a hibernated one wakes first, also
+ * when it went to sleep between the wake and the lock. */
+static int begin_on_running(sbx_mgr_t *m, const user_t *owner, const char *key, enum sbx_op op,
+                            struct sbx_change *c, err_t *err)
+{
+    for (int round = 0; round < 3; round++) {
+        if (sbx_wake_if_needed(m, owner, key, err) < 0)
+            return -1;
+        if (sbx_change_begin(m, owner, key, op, c, err) == 0)
+            return 0;
+        if (strcmp(err->code, "sandbox_hibernated") != 0)
+            return -1;
+    }
+    return -1;
+}
+
 int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *label,
              const char *hostname, json_t **out, err_t *err)
 {
-    if (sbx_wake_if_needed(m, owner, key, err) < 0)
+    struct sbx_change pc;
+    if (begin_on_running(m, owner, key, SBX_OP_FORK, &pc, err) < 0)
         return -1;
-    sandbox_rec_t parent;
-    if (sbx_lookup(m, owner, key, &parent, err) < 0)
-        return -1;
-    int rc = 0;
-    if ((strcmp(parent.status, "running") != 0 && strcmp(parent.status, "paused") != 0) ||
-        parent.intent[0])
-        rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_running",
-                     "only a running or paused sandbox can be forked (this one is %s)",
-                     parent.status);
     bool memory = runtime_criu_available();
-    sandbox_rec_t child = {0};
+    sandbox_rec_t child;
     struct sbx_paths cp = {0};
-    const char *ckpt = NULL;
-    if (rc == 0) {
-        clone_record(&child, owner, parent.spec, parent.image, parent.id,
-                     label ? label : parent.label, hostname);
-        sbx_paths_init(m, child.id, &cp);
-        ckpt = memory ? cp.fork_ckpt : NULL;
-        /* The child's row first, as intent: a crash from here on is undone on start. */
-        rc = store_sandbox_insert(m->store, &child, err);
-        if (rc == 0)
-            rc = sbx_make_dirs(&cp, child.hostname, err);
-        if (rc == 0) /* its own namespace and address; a listener on 0.0.0.0 serves there too */
-            rc = sbx_net_setup(m, &child, &cp, NULL, err);
-        if (rc == 0 && ckpt && !mkdir_p(ckpt, 0700))
-            rc = err_sys(err, "create %s", ckpt);
-    }
-    if (rc == 0) {
-        struct sbx_live *pl = sbx_live_get(m, parent.id, true);
-        if ((rc = sbx_lock_quiesced(pl, err)) == 0) {
-            struct capture c = {ckpt, cp.layer, cp.run, sbx_spec_disk(parent.spec)};
-            rc = capture(m, &parent, &c, "fork.after_checkpoint", err);
-            pthread_rwlock_unlock(&pl->lock);
-        }
-        sbx_live_put(m, pl);
-    }
+    clone_record(&child, owner, pc.rec.spec, pc.rec.image, pc.rec.id,
+                 label ? label : pc.rec.label, hostname);
+    sbx_paths_init(m, child.id, &cp);
+    const char *ckpt = memory ? cp.fork_ckpt : NULL;
+    int rc = prepare_child(m, &child, &cp, ckpt, err);
+    if (rc == 0)
+        rc = capture_parent(m, &pc, &child, &cp, ckpt, err);
+    char parent_id[65];
+    snprintf(parent_id, sizeof(parent_id), "%s", pc.id);
+    sbx_change_end(&pc); /* the parent runs on while its child starts */
     if (rc == 0) {
         sbx_fault_point("fork.before_restore");
-        rc = start_clone(m, &child, &cp, ckpt, err);
+        rc = start_clone(m, &child, &cp, ckpt, false, &memory, err);
     }
     if (ckpt)
         storage_remove_tree(ckpt, NULL);
-    if (rc < 0 && child.id[0]) {
-        log_warn("sandbox.fork_failed", "parent=%s child=%s code=%s", parent.id, child.id,
-                 err->code);
+    if (rc < 0) {
+        log_warn("sandbox.fork_failed", "parent=%s child=%s code=%s msg=\"%s\"", parent_id,
+                 child.id, err->code, err->msg);
         undo_clone(m, child.id);
-    }
-    if (rc == 0) {
-        log_info("sandbox.forked", "parent=%s child=%s memory_preserved=%d", parent.id, child.id,
+    } else {
+        log_info("sandbox.forked", "parent=%s child=%s memory_preserved=%d", parent_id, child.id,
                  memory);
         *out = clone_json(m, child.id, memory);
-        sbx_event(m, owner->id, parent.id, "forked",
+        sbx_event(m, owner->id, parent_id, "forked",
                   json_pack("{s:s, s:b}", "child_id", child.id, "memory_preserved", memory));
         sbx_event(m, owner->id, child.id, "created",
-                  json_pack("{s:s, s:s}", "image", child.image, "parent_id", parent.id));
+                  json_pack("{s:s, s:s}", "image", child.image, "parent_id", parent_id));
     }
     sbx_paths_free(&cp);
     store_sandbox_rec_clear(&child);
-    store_sandbox_rec_clear(&parent);
     return rc;
 }
 
@@ -259,37 +226,30 @@ int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, cons
         return err_set(err, ERR_CONFLICT, 0, "snapshot_exists", "a snapshot called '%s' exists",
                        name);
     }
-    if (sbx_wake_if_needed(m, owner, key, err) < 0)
-        return -1;
-    sandbox_rec_t src;
-    if (sbx_lookup(m, owner, key, &src, err) < 0)
+    struct sbx_change c;
+    if (begin_on_running(m, owner, key, SBX_OP_SNAPSHOT, &c, err) < 0)
         return -1;
     snapshot_rec_t snap = {.owner_id = owner->id, .created_at = now_unix()};
     id_random_hex(snap.id, 32);
     snprintf(snap.name, sizeof(snap.name), "%s", name);
-    snprintf(snap.source_id, sizeof(snap.source_id), "%s", src.id);
-    snprintf(snap.image, sizeof(snap.image), "%s", src.image);
-    snap.spec = json_deep_copy(src.spec);
+    snprintf(snap.source_id, sizeof(snap.source_id), "%s", c.rec.id);
+    snprintf(snap.image, sizeof(snap.image), "%s", c.rec.image);
+    snap.spec = json_deep_copy(c.rec.spec);
+    json_object_del(snap.spec, "last_error");
     snap.memory_preserved = runtime_criu_available();
     _cleanup_free_ char *dir = snapshot_dir(m, snap.id);
     _cleanup_free_ char *ckpt = xasprintf("%s/checkpoint", dir);
     _cleanup_free_ char *layer = xasprintf("%s/layer", dir);
     int rc = 0;
-    if ((strcmp(src.status, "running") != 0 && strcmp(src.status, "paused") != 0) || src.intent[0])
-        rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_running",
-                     "only a running or paused sandbox can be snapshotted (this one is %s)",
-                     src.status);
-    if (rc == 0 && !mkdir_p(ckpt, 0700))
+    if (!mkdir_p(ckpt, 0700))
         rc = err_sys(err, "create %s", dir);
     if (rc == 0) {
-        struct sbx_live *l = sbx_live_get(m, src.id, true);
-        if ((rc = sbx_lock_quiesced(l, err)) == 0) {
-            struct capture c = {snap.memory_preserved ? ckpt : NULL, layer, dir, 0};
-            rc = capture(m, &src, &c, "snapshot.after_checkpoint", err);
-            pthread_rwlock_unlock(&l->lock);
-        }
-        sbx_live_put(m, l);
+        struct sbx_capture cap = {snap.memory_preserved ? ckpt : NULL, layer, dir, 0};
+        rc = sbx_capture(m, &c.rec, &cap, "snapshot.after_checkpoint", err);
+        if (rc < 0 && snap.memory_preserved)
+            runtime_checkpoint_explain(dir, c.rec.id, err);
     }
+    sbx_change_end(&c);
     /* Files first, row last: a crash leaves only a directory that start-up removes. */
     if (rc == 0)
         rc = store_snapshot_insert(m->store, &snap, err);
@@ -298,7 +258,6 @@ int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, cons
     else
         *out = snapshot_json(&snap);
     store_snapshot_rec_clear(&snap);
-    store_sandbox_rec_clear(&src);
     return rc;
 }
 
@@ -322,14 +281,21 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
         rc = sbx_net_setup(m, &r, &p, NULL, err);
     if (rc == 0)
         rc = storage_layer_clone(m->driver, layer, p.layer, sbx_spec_disk(snap.spec), err);
+    bool memory = false;
+    /* A snapshot that cannot be restored (a kernel or CRIU change since) still starts, from
+     * its files: memory_preserved says false and the sandbox's last_error says why. */
     if (rc == 0)
-        rc = start_clone(m, &r, &p, snap.memory_preserved ? ckpt : NULL, err);
+        rc = start_clone(m, &r, &p, snap.memory_preserved ? ckpt : NULL, true, &memory, err);
     if (rc < 0) {
         undo_clone(m, r.id);
     } else {
-        *out = clone_json(m, r.id, snap.memory_preserved);
-        sbx_event(m, owner->id, r.id, "created",
-                  json_pack("{s:s, s:s}", "image", r.image, "snapshot", name));
+        *out = clone_json(m, r.id, memory);
+        json_t *ev = json_pack("{s:s, s:s, s:b}", "image", r.image, "snapshot", name,
+                               "memory_preserved", memory);
+        if (!memory && snap.memory_preserved)
+            json_object_set_new(ev, "reason", json_string("the snapshot's memory could not be "
+                                                          "restored; started from its files"));
+        sbx_event(m, owner->id, r.id, "created", ev);
     }
     sbx_paths_free(&p);
     store_sandbox_rec_clear(&r);

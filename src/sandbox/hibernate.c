@@ -1,6 +1,8 @@
 /*
  * Pause (cgroup freezer), hibernate (CRIU checkpoint to disk: the memory is released) and
- * wake (restore). Each records its intent first so a daemon killed half-way is reconciled.
+ * wake (restore). Each follows the change protocol of state.c. A wake never leaves a sandbox
+ * stuck: when its memory cannot be restored it starts cold from its files, keeps the
+ * checkpoint for a retry, and says so (memory_preserved: false, an event, last_error).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,67 +16,32 @@
 #include "sandbox_internal.h"
 #include "storage/storage.h"
 
-/* The owner's record and its live entry, write-locked, for a state change. */
-static int begin_change(sbx_mgr_t *m, const user_t *owner, const char *key, sandbox_rec_t *r,
-                        struct sbx_live **l, err_t *err)
-{
-    if (sbx_lookup(m, owner, key, r, err) < 0)
-        return -1;
-    *l = sbx_live_get(m, r->id, true);
-    if (sbx_lock_quiesced(*l, err) < 0) {
-        store_sandbox_rec_clear(r);
-        sbx_live_put(m, *l);
-        return -1;
-    }
-    /* Re-read under the lock: another change may have finished meanwhile. */
-    store_sandbox_rec_clear(r);
-    if (store_sandbox_get(m->store, -1, (*l)->id, r, err) == 0 && !r->intent[0])
-        return 0;
-    if (r->intent[0])
-        err_set(err, ERR_CONFLICT, 0, "sandbox_busy", "the sandbox is being %sd", r->intent);
-    pthread_rwlock_unlock(&(*l)->lock);
-    sbx_live_put(m, *l);
-    return -1;
-}
-
-static void end_change(sbx_mgr_t *m, sandbox_rec_t *r, struct sbx_live *l)
-{
-    pthread_rwlock_unlock(&l->lock);
-    sbx_live_put(m, l);
-    store_sandbox_rec_clear(r);
-}
-
 /* The answer {id, status}, and the event of the change. */
-static json_t *status_json(sbx_mgr_t *m, const sandbox_rec_t *r, const char *status,
-                           const char *event)
+static json_t *status_json(sbx_mgr_t *m, const sandbox_rec_t *r, sandbox_status_t status,
+                           const char *event, json_t *data)
 {
     if (event)
-        sbx_event(m, r->owner_id, r->id, event, NULL);
-    return json_pack("{s:s, s:s}", "id", r->id, "status", status);
+        sbx_event(m, r->owner_id, r->id, event, data);
+    else if (data)
+        json_decref(data);
+    return json_pack("{s:s, s:s}", "id", r->id, "status", sandbox_status_name(status));
 }
 
 int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, json_t **out,
               err_t *err)
 {
-    sandbox_rec_t r;
-    struct sbx_live *l;
-    if (begin_change(m, owner, key, &r, &l, err) < 0)
+    struct sbx_change c;
+    int rc = sbx_change_begin(m, owner, key, pause ? SBX_OP_PAUSE : SBX_OP_UNPAUSE, &c, err);
+    if (rc < 0)
         return -1;
-    const char *from = pause ? "running" : "paused", *to = pause ? "paused" : "running";
-    int rc = 0;
-    bool changed = strcmp(r.status, to) != 0;
-    if (changed) {
-        if (strcmp(r.status, from) != 0)
-            rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s, not %s",
-                         r.status, from);
-        if (rc == 0)
-            rc = runtime_pause(r.id, pause, err);
-        if (rc == 0)
-            rc = store_sandbox_set_status(m->store, r.id, to, NULL, false, 0, err);
-    }
+    sandbox_status_t to = pause ? SBX_PAUSED : SBX_RUNNING;
+    bool changed = rc == 0;
+    rc = 0;
+    if (changed && (rc = runtime_pause(c.id, pause, err)) == 0)
+        rc = sbx_change_commit(&c, to, err);
     if (rc == 0)
-        *out = status_json(m, &r, to, changed ? (pause ? "paused" : "unpaused") : NULL);
-    end_change(m, &r, l);
+        *out = status_json(m, &c.rec, to, changed ? (pause ? "paused" : "unpaused") : NULL, NULL);
+    sbx_change_end(&c);
     return rc;
 }
 
@@ -90,98 +57,151 @@ static void touch_marker(const char *run_dir, bool present)
         unlinkat(dirfd, "hibernated", 0);
 }
 
-static char *ckpt_dir(sbx_mgr_t *m, const char *id)
+/* Where a hibernated sandbox's checkpoint is, and where one that could not be restored is
+ * kept for a retry. */
+static char *ckpt_dir(sbx_mgr_t *m, const char *id, bool kept)
 {
-    return xasprintf("%s/%s/checkpoint", m->sandboxes_dir, id);
+    return xasprintf("%s/%s/checkpoint%s", m->sandboxes_dir, id, kept ? ".kept" : "");
 }
 
-/* Checkpoint r to disk and release its container; the caller holds the lock. */
-static int hibernate_locked(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err)
+/* Checkpoint c's sandbox to disk and release its container (the change holds the lock). */
+static int hibernate_locked(sbx_mgr_t *m, struct sbx_change *c, err_t *err)
 {
     if (!runtime_criu_available())
         return err_set(err, ERR_CONFLICT, 0, "unsupported",
                        "hibernation needs CRIU, which does not work on this host");
-    if (strcmp(r->status, "running") != 0 && strcmp(r->status, "paused") != 0)
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s", r->status);
-    _cleanup_free_ char *dir = ckpt_dir(m, r->id);
+    _cleanup_free_ char *dir = ckpt_dir(m, c->id, false);
+    _cleanup_free_ char *kept = ckpt_dir(m, c->id, true);
     struct sbx_paths p;
-    sbx_paths_init(m, r->id, &p);
-    int rc = store_sandbox_set_status(m->store, r->id, r->status, "hibernate", false, 0, err);
+    sbx_paths_init(m, c->id, &p);
+    storage_remove_tree(dir, NULL);
+    int rc = mkdir_p(dir, 0700) ? 0 : err_sys(err, "create %s", dir);
+    if (rc == 0 && runtime_checkpoint(c->id, dir, p.run, false, err) < 0)
+        rc = runtime_checkpoint_explain(p.run, c->id, err);
     if (rc == 0) {
-        storage_remove_tree(dir, NULL);
-        if (!mkdir_p(dir, 0700))
-            rc = err_sys(err, "create %s", dir);
-    }
-    if (rc == 0 && (rc = runtime_checkpoint(r->id, dir, p.run, false, err)) == 0) {
         /* The images are complete: from here on a crash still ends hibernated. */
         touch_marker(p.run, true);
+        storage_remove_tree(kept, NULL); /* a newer checkpoint replaces one kept for a retry */
         sbx_fault_point("hibernate.after_checkpoint");
-        rc = sbx_teardown(m, r->id, false, err);
+        rc = sbx_teardown(m, c->id, false, err);
     }
     if (rc == 0)
-        rc = store_sandbox_set_status(m->store, r->id, "hibernated", NULL, false, 0, err);
+        rc = sbx_change_commit(c, SBX_HIBERNATED, err);
     else
-        store_sandbox_set_status(m->store, r->id, r->status, NULL, false, 0, NULL);
+        storage_remove_tree(dir, NULL); /* CRIU let the tree run on: it still does */
     sbx_paths_free(&p);
     return rc;
 }
 
 int sbx_hibernate(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err)
 {
-    sandbox_rec_t r;
-    struct sbx_live *l;
-    if (begin_change(m, owner, key, &r, &l, err) < 0)
+    struct sbx_change c;
+    int rc = sbx_change_begin(m, owner, key, SBX_OP_HIBERNATE, &c, err);
+    if (rc < 0)
         return -1;
-    bool asleep = strcmp(r.status, "hibernated") == 0;
-    int rc = asleep ? 0 : hibernate_locked(m, &r, err);
+    bool asleep = rc == 1;
+    rc = asleep ? 0 : hibernate_locked(m, &c, err);
     if (rc == 0) {
-        log_info("sandbox.hibernated", "sandbox=%s", r.id);
-        *out = status_json(m, &r, "hibernated", asleep ? NULL : "hibernated");
+        if (!asleep)
+            sbx_note(m, c.id, NULL, NULL);
+        log_info("sandbox.hibernated", "sandbox=%s", c.id);
+        *out = status_json(m, &c.rec, SBX_HIBERNATED, asleep ? NULL : "hibernated", NULL);
     }
-    end_change(m, &r, l);
+    sbx_change_end(&c);
     return rc;
 }
 
-int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err)
+int sbx_hibernate_if_idle(sbx_mgr_t *m, const char *id, double idle_s, err_t *err)
 {
-    sandbox_rec_t r;
-    struct sbx_live *l;
-    if (begin_change(m, owner, key, &r, &l, err) < 0)
-        return -1;
-    int rc = 0;
-    bool woke = strcmp(r.status, "hibernated") == 0;
-    if (!woke) {
-        if (strcmp(r.status, "running") != 0 && strcmp(r.status, "paused") != 0)
-            rc = err_set(err, ERR_CONFLICT, 0, "sandbox_not_hibernated", "the sandbox is %s",
-                         r.status);
-    } else {
-        _cleanup_free_ char *dir = ckpt_dir(m, r.id);
-        struct sbx_paths p;
-        sbx_paths_init(m, r.id, &p);
-        rc = store_sandbox_set_status(m->store, r.id, "hibernated", "wake", false, 0, err);
-        if (rc == 0) /* after a host reboot its namespace must be made again */
-            rc = sbx_net_setup(m, &r, &p, r.ip_address, err);
-        if (rc == 0)
-            rc = sbx_mount_rootfs(&r, &p, err);
-        if (rc == 0)
-            rc = sbx_boot(m, l, &p, dir, r.hostname, err);
+    struct sbx_change c;
+    int rc = sbx_change_begin(m, NULL, id, SBX_OP_HIBERNATE, &c, err);
+    if (rc != 0)
+        return rc < 0 ? -1 : 1;
+    /* Re-read under the lock: a request may have touched it since the reaper looked. */
+    rc = 1;
+    if (c.rec.status == SBX_RUNNING && now_unix() - c.rec.last_active_at >= idle_s) {
+        rc = hibernate_locked(m, &c, err);
         if (rc == 0) {
-            rc = store_sandbox_set_status(m->store, r.id, "running", NULL, false, 0, err);
-            store_sandbox_touch(m->store, r.id); /* woken counts as active: no instant reaping */
-            storage_remove_tree(dir, NULL);
-            touch_marker(p.run, false);
-            log_info("sandbox.woken", "sandbox=%s", r.id);
+            sbx_note(m, c.id, NULL, NULL);
+            sbx_event(m, c.rec.owner_id, c.id, "hibernated",
+                      json_pack("{s:s}", "reason", "idle"));
         } else {
-            /* The checkpoint is still there: it stays hibernated, a later wake may work. */
-            err_t e = {0};
-            runtime_delete(r.id, &e);
-            store_sandbox_set_status(m->store, r.id, "hibernated", NULL, false, 0, NULL);
+            sbx_note(m, c.id, "hibernate", err->msg); /* it runs on; this says why */
         }
-        sbx_paths_free(&p);
     }
-    if (rc == 0)
-        *out = status_json(m, &r, "running", woke ? "woken" : NULL);
-    end_change(m, &r, l);
+    sbx_change_end(&c);
+    return rc;
+}
+
+/* Start c's hibernated sandbox again: from its checkpoint, or cold (from its files) when
+ * asked or when the restore fails. */
+static int wake_locked(sbx_mgr_t *m, struct sbx_change *c, bool cold, bool *memory, err_t *err)
+{
+    _cleanup_free_ char *dir = ckpt_dir(m, c->id, false);
+    _cleanup_free_ char *kept = ckpt_dir(m, c->id, true);
+    struct sbx_paths p;
+    sbx_paths_init(m, c->id, &p);
+    char why[600] = "";
+    /* After a host reboot its namespace must be made again. */
+    int rc = sbx_net_setup(m, &c->rec, &p, c->rec.ip_address, err);
+    *memory = !cold;
+    if (rc == 0 && cold) {
+        rc = sbx_start(m, c->l, &c->rec, &p, NULL, err);
+    } else if (rc == 0 && (rc = sbx_start(m, c->l, &c->rec, &p, dir, err)) < 0) {
+        snprintf(why, sizeof(why), "its memory could not be restored: %s", err->msg);
+        log_warn("sandbox.restore_failed", "sandbox=%s msg=\"%s\" fallback=cold", c->id, err->msg);
+        *memory = false;
+        rc = sbx_start_cold_after(m, c->l, &c->rec, &p, err);
+    }
+    if (rc >= 0) {
+        /* The checkpoint is spent, or (cold) kept beside for a retry. */
+        storage_remove_tree(kept, NULL);
+        if (*memory)
+            storage_remove_tree(dir, NULL);
+        else
+            rename(dir, kept);
+        touch_marker(p.run, false);
+        /* A restore that failed is worth knowing about; a cold wake asked for is not. */
+        sbx_note(m, c->id, *memory || cold ? NULL : "wake", *memory || cold ? NULL : why);
+        store_sandbox_touch(m->store, c->id); /* woken counts as active: no instant reaping */
+    }
+    sbx_paths_free(&p);
+    return rc;
+}
+
+int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, bool cold, json_t **out,
+             err_t *err)
+{
+    struct sbx_change c;
+    int rc = sbx_change_begin(m, owner, key, SBX_OP_WAKE, &c, err);
+    if (rc < 0)
+        return -1;
+    if (rc == 1) { /* it runs already */
+        *out = status_json(m, &c.rec, c.rec.status, NULL, NULL);
+        sbx_change_end(&c);
+        return 0;
+    }
+    bool memory = false;
+    rc = wake_locked(m, &c, cold, &memory, err);
+    if (rc == 1) /* started cold, and its main process ended at once */
+        sbx_finish_exit(m, c.id);
+    else if (rc == 0)
+        rc = sbx_change_commit(&c, SBX_RUNNING, err);
+    if (rc >= 0) {
+        rc = 0;
+        c.intent_written = false;
+        sandbox_status_t now = c.rec.status == SBX_HIBERNATED ? SBX_EXITED : c.rec.status;
+        json_t *ev = json_pack("{s:b}", "memory_preserved", memory);
+        if (!memory)
+            json_object_set_new(ev, "reason",
+                                json_string(cold ? "a cold wake was asked for"
+                                                 : "its memory could not be restored; it started "
+                                                   "again from its files (the checkpoint is kept)"));
+        log_info("sandbox.woken", "sandbox=%s memory_preserved=%d", c.id, memory);
+        *out = status_json(m, &c.rec, now, "woken", ev);
+        json_object_set_new(*out, "memory_preserved", json_boolean(memory));
+    }
+    sbx_change_end(&c);
     return rc;
 }
 
@@ -190,12 +210,12 @@ int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t
     sandbox_rec_t r;
     if (sbx_lookup(m, owner, key, &r, err) < 0)
         return -1;
-    bool asleep = strcmp(r.status, "hibernated") == 0;
+    bool asleep = r.status == SBX_HIBERNATED;
     store_sandbox_rec_clear(&r);
     json_t *out = NULL;
     if (!asleep)
         return 0;
-    int rc = sbx_wake(m, owner, key, &out, err);
+    int rc = sbx_wake(m, owner, key, false, &out, err);
     if (out)
         json_decref(out);
     return rc;

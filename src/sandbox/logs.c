@@ -76,8 +76,8 @@ bool sbx_logs_running(sbx_log_reader_t *r)
     sandbox_rec_t rec;
     if (store_sandbox_get(r->m->store, -1, r->id, &rec, NULL) < 0)
         return false;
-    bool running = strcmp(rec.status, "running") == 0 || strcmp(rec.status, "paused") == 0 ||
-                   strcmp(rec.status, "creating") == 0;
+    bool running =
+        rec.status == SBX_RUNNING || rec.status == SBX_PAUSED || rec.status == SBX_CREATING;
     store_sandbox_rec_clear(&rec);
     return running;
 }

@@ -205,10 +205,14 @@ static int write_criu_conf(sbx_mgr_t *m, err_t *err)
      * size. tcp-close: established TCP connections are left alone at dump and come back
      * closed (a fork's copy of a connection cannot talk to the peer anyway); listening
      * sockets are kept. network-lock skip: with tcp-close there is no connection state to
-     * protect, and locking a namespace with iptables costs ~125 ms per fork.
+     * protect, and locking a namespace with iptables costs ~125 ms per fork. Connections
+     * between two loopback addresses are the exception (scripts/criu-patches/0006): both ends
+     * are in the sandbox, so they are kept, established. skip-in-flight: a connection a
+     * listener has not accepted yet is left out (the client retries), where CRIU would
+     * otherwise refuse the whole checkpoint.
      */
-    static const char conf[] =
-        "ghost-limit 268435456\ntcp-close\nnetwork-lock skip\nmanage-cgroups=ignore\n";
+    static const char conf[] = "ghost-limit 268435456\ntcp-close\nskip-in-flight\n"
+                               "network-lock skip\nmanage-cgroups=ignore\n";
     int fd _cleanup_close_ = open(m->criu_conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || write(fd, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1))
         return err_sys(err, "write %s", m->criu_conf);

@@ -27,36 +27,12 @@
 struct pcall {
     sbx_mgr_t *m;
     struct sbx_live *l;
-    bool locked;
+    bool counted; /* sbx_use_begin's: locked for reading, counted as work (the reaper waits) */
+    bool locked;  /* a follower's: locked for reading only */
     int fd;
     int64_t owner_id;
     char id[65];
 };
-
-/* 409 unless r runs (without a change under way). */
-static int require_running(const sandbox_rec_t *r, err_t *err)
-{
-    if (strcmp(r->status, "running") == 0 && !r->intent[0])
-        return 0;
-    if (r->intent[0])
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_busy", "the sandbox is being %sd", r->intent);
-    if (strcmp(r->status, "paused") == 0)
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_paused",
-                       "the sandbox is paused; unpause it first");
-    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s, not running",
-                   r->status);
-}
-
-/* Re-read the record under the lock: a check before it was only a hint. */
-static int recheck(sbx_mgr_t *m, const char *id, err_t *err)
-{
-    sandbox_rec_t r;
-    if (store_sandbox_get(m->store, -1, id, &r, err) < 0)
-        return -1;
-    int rc = require_running(&r, err);
-    store_sandbox_rec_clear(&r);
-    return rc;
-}
 
 static int connect_procs(struct pcall *c, err_t *err)
 {
@@ -75,34 +51,33 @@ static void call_close(struct pcall *c, bool touch)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
-    if (c->locked)
-        pthread_rwlock_unlock(&c->l->lock);
     if (c->l && touch)
         store_sandbox_touch(c->m->store, c->id);
-    sbx_live_put(c->m, c->l);
+    if (c->l && c->counted) {
+        sbx_use_end(c->m, c->l); /* the read lock and the count of work in it */
+    } else if (c->l) {
+        if (c->locked)
+            pthread_rwlock_unlock(&c->l->lock);
+        sbx_live_put(c->m, c->l);
+    }
     c->l = NULL;
-    c->locked = false;
+    c->locked = c->counted = false;
 }
 
-/* Wake the sandbox if it sleeps, check it runs, lock it, connect to procs.sock. */
+/* Wake the sandbox if it sleeps, lock it for reading as work inside it (the state machine's
+ * "process" operation: it must run), connect to procs.sock. */
 static int call_open(sbx_mgr_t *m, const user_t *owner, const char *key, struct pcall *c,
                      err_t *err)
 {
     *c = (struct pcall){.m = m, .fd = -1};
     sandbox_rec_t r;
-    if (sbx_wake_if_needed(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &r, err) < 0)
+    if (sbx_use_begin(m, owner, key, &c->l, &r, err) < 0)
         return -1;
+    c->counted = true;
     snprintf(c->id, sizeof(c->id), "%s", r.id);
     c->owner_id = r.owner_id;
-    int rc = require_running(&r, err);
     store_sandbox_rec_clear(&r);
-    if (rc < 0)
-        return -1;
-    if (!(c->l = sbx_live_get(m, c->id, false)))
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is not running");
-    pthread_rwlock_rdlock(&c->l->lock);
-    c->locked = true;
-    if (recheck(m, c->id, err) < 0 || connect_procs(c, err) < 0) {
+    if (connect_procs(c, err) < 0) {
         call_close(c, false);
         return -1;
     }
@@ -312,12 +287,13 @@ int sbx_proc_output(sbx_mgr_t *m, const user_t *owner, const char *key, pid_t pi
 /* 0: r can be read now; SBX_FOLLOW_LATER: it may be later; -1: it has ended. */
 static int follow_state(const sandbox_rec_t *r, err_t *err)
 {
-    if (r->intent[0] || strcmp(r->status, "hibernated") == 0 || strcmp(r->status, "paused") == 0 ||
-        strcmp(r->status, "creating") == 0)
+    if (r->intent != SBX_INTENT_NONE || r->status == SBX_HIBERNATED || r->status == SBX_PAUSED ||
+        r->status == SBX_CREATING)
         return SBX_FOLLOW_LATER;
-    if (strcmp(r->status, "running") == 0)
+    if (sbx_op_allowed(SBX_OP_PROCESSES, r->status))
         return 0;
-    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s", r->status);
+    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is %s",
+                   sandbox_status_name(r->status));
 }
 
 /* The record again, under the lock. */

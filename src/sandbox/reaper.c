@@ -24,7 +24,7 @@ static int64_t idle_timeout(const sbx_mgr_t *m, const sandbox_rec_t *r)
     return m->cfg.idle_timeout_s;
 }
 
-/* No exec or terminal session holds it now. */
+/* No exec or terminal session holds it now (a hint: hibernation checks again). */
 static bool quiet(sbx_mgr_t *m, const char *id)
 {
     struct sbx_live *l = sbx_live_get(m, id, false);
@@ -38,18 +38,27 @@ static bool quiet(sbx_mgr_t *m, const char *id)
 static void reap_one(sbx_mgr_t *m, const sandbox_rec_t *r, double now)
 {
     int64_t timeout = idle_timeout(m, r);
-    if (timeout <= 0 || strcmp(r->status, "running") != 0 || r->intent[0] ||
+    if (timeout <= 0 || r->status != SBX_RUNNING || r->intent != SBX_INTENT_NONE ||
         now - r->last_active_at < (double)timeout || !quiet(m, r->id))
         return;
-    user_t owner = {.id = r->owner_id};
-    json_t *out = NULL;
+    /* A sandbox whose last idle hibernation failed is not tried every second: it waits a
+     * whole idle period again (last_error's time counts as activity here). */
+    json_t *last = json_object_get(r->spec, "last_error");
+    const char *op = json_string_value(json_object_get(last, "op"));
+    double at = json_number_value(json_object_get(last, "at"));
+    if (op && strcmp(op, "hibernate") == 0 && now - at < (double)timeout)
+        return;
     err_t err = {0};
-    if (sbx_hibernate(m, &owner, r->id, &out, &err) == 0)
+    int rc = sbx_hibernate_if_idle(m, r->id, (double)timeout, &err);
+    if (rc == 0)
         log_info("sandbox.idle_hibernated", "sandbox=%s idle_s=%.0f", r->id,
                  now - r->last_active_at);
-    else if (err.kind != ERR_CONFLICT) /* busy now: another round will see */
-        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s msg=\"%s\"", r->id, err.msg);
-    json_decref(out);
+    else if (rc < 0 && err.kind != ERR_CONFLICT)
+        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s code=%s msg=\"%s\"", r->id,
+                 err.code, err.msg);
+    else if (rc < 0 && strcmp(err.code, "checkpoint_failed") == 0)
+        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s code=%s msg=\"%s\"", r->id,
+                 err.code, err.msg);
 }
 
 static void reap_once(sbx_mgr_t *m)

@@ -183,8 +183,13 @@ int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, js
               err_t *err);
 /* Checkpoint a sandbox to disk, releasing its memory; *out is {id, status}. */
 int sbx_hibernate(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
-/* Restore a hibernated sandbox; *out is {id, status}. */
-int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, err_t *err);
+/*
+ * Restore a hibernated sandbox; *out is {id, status, memory_preserved}. When its memory cannot
+ * be restored (or cold asks not to try), it starts again from its files: memory_preserved
+ * false, the checkpoint kept, an event and last_error saying why.
+ */
+int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, bool cold, json_t **out,
+             err_t *err);
 /* Keep a checkpoint and the writable layer of a sandbox as the owner's snapshot name. */
 int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, const char *name,
                         json_t **out, err_t *err);

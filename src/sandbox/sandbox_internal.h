@@ -61,6 +61,7 @@ void sbx_reaper_stop(sbx_mgr_t *m);
 /* Take l's lock for a lifecycle change, waiting a while (10 s) for execs and terminal
  * sessions to end; ERR_CONFLICT "sandbox_busy" if they do not. */
 int sbx_lock_quiesced(struct sbx_live *l, err_t *err);
+
 /* Drop a reference from sbx_live_get. */
 void sbx_live_put(sbx_mgr_t *m, struct sbx_live *l);
 /* Forget the live entry of id (after delete or exit). */
@@ -68,35 +69,80 @@ void sbx_live_remove(sbx_mgr_t *m, const char *id);
 /* Start watching the shim of l for its exit. */
 int sbx_watch(sbx_mgr_t *m, struct sbx_live *l, err_t *err);
 
+/* ---- the state machine (state.c) ---- */
+
+/* What can be asked of a sandbox; each has a row in state.c's transition table. */
+enum sbx_op {
+    SBX_OP_PAUSE,
+    SBX_OP_UNPAUSE,
+    SBX_OP_HIBERNATE,
+    SBX_OP_WAKE,
+    SBX_OP_FORK,
+    SBX_OP_SNAPSHOT,
+    SBX_OP_DELETE,
+    SBX_OP_COALESCE, /* the deletion of one of coalesce's victims */
+    SBX_OP_EXIT,     /* the main process ended (the exit watcher) */
+    SBX_OP_PROCESSES, /* work inside a running sandbox: exec, files, processes */
+    SBX_OP_COUNT
+};
+
+/* One change in progress: the sandbox's lock is held and rec was read under it. */
+struct sbx_change {
+    sbx_mgr_t *m;
+    enum sbx_op op;
+    char id[65];
+    struct sbx_live *l;
+    sandbox_rec_t rec;     /* re-read under the lock */
+    sandbox_status_t from; /* the status before the change */
+    bool locked, intent_written;
+};
+
+/* The operation's name, for messages. */
+const char *sbx_op_name(enum sbx_op op);
+/* True if op may start from status from. */
+bool sbx_op_allowed(enum sbx_op op, sandbox_status_t from);
+/* True if op has nothing to do in status from (answered as done). */
+bool sbx_op_noop(enum sbx_op op, sandbox_status_t from);
+/* 0 if op may start on r now; else ERR_CONFLICT saying why (busy, paused, not running). */
+int sbx_require_status(enum sbx_op op, const sandbox_rec_t *r, err_t *err);
+/*
+ * Begin op on owner's sandbox key (any owner's when owner is NULL): take its lock (waiting
+ * at most 10 s for execs unless op is the exit), re-read the record into c->rec, check the
+ * transition and record op's intent. 0: go on; 1: nothing to do (c is held: end it); -1: err
+ * says why and nothing is held.
+ */
+int sbx_change_begin(sbx_mgr_t *m, const user_t *owner, const char *key, enum sbx_op op,
+                     struct sbx_change *c, err_t *err);
+/* Record the new status and clear the intent. */
+int sbx_change_commit(struct sbx_change *c, sandbox_status_t to, err_t *err);
+/* Put the status back as it was before the change and clear the intent. */
+void sbx_change_rollback(struct sbx_change *c);
+/* Release what the change holds (rolling back an intent that was neither committed nor rolled
+ * back). */
+void sbx_change_end(struct sbx_change *c);
+/* A test barrier (SANDBOXER_BARRIER=NAME:DIR, see state.c): no-op unless asked. */
+void sbx_barrier(const char *name);
+
 /* The owner's record for key, with status; ERR_NOT_FOUND for unknown or foreign. */
 int sbx_lookup(sbx_mgr_t *m, const user_t *owner, const char *key, sandbox_rec_t *rec, err_t *err);
 /* The API JSON of a record. */
 json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r);
 
-/* Tear down whatever exists of a sandbox's container and storage (idempotent). */
-int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err);
-/* The main process ended: record it and release the container (watcher thread). */
-void sbx_on_exit(sbx_mgr_t *m, const char *id, pid_t shim_pid);
-
 /* An array of strings without NUL bytes, bounded (ERR_INVALID naming field otherwise). */
 int sbx_check_argv(json_t *args, const char *field, bool nonempty, err_t *err);
-
 /*
- * Start the prepared bundle of l (shim + runc run, or runc restore from the checkpoint dir
- * restore) and wait until its agent answers: 0, or 1 if the main process already ended (its
- * exit is recorded), -1 on failure. hostname is set again after a restore.
+ * Begin work inside owner's running sandbox key (exec, a terminal, files, processes): wake it
+ * if it is hibernated, take its lock for reading, count the work (the idle reaper then sees it
+ * busy), and check the status under the lock; *rec is the record read then. 409 if it is
+ * paused or otherwise not running, 429 past --max-execs.
  */
-int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
-             const char *hostname, err_t *err);
-/* Create a new sandbox's directories (all but its layer) and its /etc/hostname and hosts. */
-int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err);
-/* Mount the overlay root of r (its spec's layers + its upper dir) unless it is mounted. */
-int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
-/* Write the OCI config.json of r into its bundle. */
-int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
-/* Give r its network (a new address, or ip again) and write its /etc files. */
-int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
-                  err_t *err);
+int sbx_use_begin(sbx_mgr_t *m, const user_t *owner, const char *key, struct sbx_live **out,
+                  sandbox_rec_t *rec, err_t *err);
+/* End the work begun by sbx_use_begin. */
+void sbx_use_end(sbx_mgr_t *m, struct sbx_live *l);
+/* The idle reaper's hibernation of id: only if, under its lock, it still runs and has been
+ * idle idle_s seconds. 0 hibernated, 1 not now, -1 failed (it runs on; last_error says why). */
+int sbx_hibernate_if_idle(sbx_mgr_t *m, const char *id, double idle_s, err_t *err);
 /* Wake a hibernated sandbox of owner before using it (no-op otherwise). */
 int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* The first TCP port listening on all addresses in owner's sandbox key, or 0. */
@@ -105,8 +151,58 @@ int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key);
 void sbx_event(sbx_mgr_t *m, int64_t owner_id, const char *id, const char *type, json_t *data);
 /* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */
 void sbx_fault_point(const char *name);
-/* Record that the container of id ended (exit code from the shim) and release it. */
+/* The main process of a sandbox whose change c holds ended: record it (exit code from the
+ * shim), release the container, keep its files and logs. */
 void sbx_finish_exit(sbx_mgr_t *m, const char *id);
+/* The main process ended (the exit watcher): the exit transition for id, if shim_pid is
+ * still its shim. */
+void sbx_on_exit(sbx_mgr_t *m, const char *id, pid_t shim_pid);
+/* Remember why the last change of id failed or fell back ({op, detail, at} in its spec,
+ * shown by GET /sandboxes/{id}); NULL op clears it. */
+void sbx_note(sbx_mgr_t *m, const char *id, const char *op, const char *detail);
+
+/* ---- container primitives (container.c): below the operations, above runtime/net/storage ---- */
+
+/* Create a new sandbox's directories (all but its layer) and its /etc/hostname and hosts. */
+int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err);
+/* Mount the overlay root of r (its spec's layers + its upper dir) unless it is mounted. */
+int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
+/* Give r its network (a new address, or ip again) and write its /etc files. */
+int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
+                  err_t *err);
+/* Write the OCI config.json of r into its bundle. */
+int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
+/*
+ * Start the prepared bundle of l (shim + runc run, or runc restore from the checkpoint dir
+ * restore) and wait until its agent answers: 0, or 1 if the main process already ended (its
+ * exit is recorded), -1 on failure. hostname is set again after a restore.
+ */
+int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
+             const char *hostname, err_t *err);
+/* Mount r's root, write its bundle and boot it (from restore, or fresh when NULL). */
+int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const struct sbx_paths *p,
+              const char *restore, err_t *err);
+/* After a failed restore: clear what it left and start r fresh from its files (cold). */
+int sbx_start_cold_after(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                         const struct sbx_paths *p, err_t *err);
+/* Tear down whatever exists of a sandbox's container and storage (idempotent). */
+int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err);
+/* The exit code the shim of id recorded, or -1 if it recorded none. */
+int sbx_recorded_exit(sbx_mgr_t *m, const char *id);
+
+/* Where the source of a clone is captured. */
+struct sbx_capture {
+    const char *ckpt_dir; /* CRIU images; NULL: files only */
+    const char *layer;    /* where the writable layer is cloned to */
+    const char *work_dir; /* CRIU's log */
+    uint64_t quota;       /* the clone's disk limit (0: none) */
+};
+/*
+ * Freeze src (unless its status, read under its lock, is paused), checkpoint it leaving it
+ * running, copy its writable layer, thaw it. fault names the crash-test point.
+ */
+int sbx_capture(sbx_mgr_t *m, const sandbox_rec_t *src, const struct sbx_capture *c,
+                const char *fault, err_t *err);
 
 /* The disk limit in a sandbox's spec (resources.disk), in bytes; 0: none. */
 uint64_t sbx_spec_disk(const json_t *spec);

@@ -115,12 +115,12 @@ int sbx_stats(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, 
     sandbox_rec_t r;
     if (sbx_lookup(m, owner, key, &r, err) < 0)
         return -1;
-    bool live = strcmp(r.status, "running") == 0 || strcmp(r.status, "paused") == 0;
+    bool live = r.status == SBX_RUNNING || r.status == SBX_PAUSED;
     json_t *j = live ? live_json(&r) : json_pack("{s:n, s:n, s:n}", "cpu", "memory", "pids");
     json_object_set_new(j, "id", json_string(r.id));
-    json_object_set_new(j, "status", json_string(r.status));
+    json_object_set_new(j, "status", json_string(sandbox_status_name(r.status)));
     json_object_set_new(j, "timestamp", json_real(now_unix()));
-    json_t *disk = strcmp(r.status, "terminated") == 0 ? json_null() : disk_json(m, r.id);
+    json_t *disk = r.status == SBX_TERMINATED ? json_null() : disk_json(m, r.id);
     if (json_is_object(disk)) /* the limit set at create (disk), null if none */
         json_object_set_new(disk, "limit_bytes",
                             sbx_spec_disk(r.spec) ? json_integer((json_int_t)sbx_spec_disk(r.spec))

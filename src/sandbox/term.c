@@ -24,7 +24,6 @@ struct sbx_term {
     int fd;
     agentc_reader_t reader;
     int64_t eid; /* the execution's history row; 0 for attach */
-    bool counted;
 };
 
 /* Wait for STARTED; ERROR (the command is missing, a bad user or cwd) becomes err. */
@@ -64,19 +63,10 @@ static int start_exec(sbx_term_t *t, const struct sbx_term_req *q, err_t *err)
     return store_exec_begin(t->m->store, t->l->id, q->command, &t->eid, err);
 }
 
-/* Connect to the agent (or the console) of a running sandbox, lock held for reading. */
-static int connect_locked(sbx_term_t *t, const sandbox_rec_t *r, bool attach, err_t *err)
+/* Connect to the agent (or the console) of the sandbox t holds (for reading). */
+static int connect_agent(sbx_term_t *t, bool attach, err_t *err)
 {
-    if (!(t->l = sbx_live_get(t->m, r->id, false)))
-        return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "the sandbox is not running");
-    pthread_rwlock_rdlock(&t->l->lock);
-    if (atomic_fetch_add(&t->l->execs, 1) >= (int)t->m->cfg.max_execs) {
-        atomic_fetch_sub(&t->l->execs, 1);
-        return err_set(err, ERR_LIMIT, 0, "too_many_execs", "the sandbox already runs %u execs",
-                       t->m->cfg.max_execs);
-    }
-    t->counted = true;
-    _cleanup_free_ char *sock = xasprintf("%s/%s/sock", t->m->sandboxes_dir, r->id);
+    _cleanup_free_ char *sock = xasprintf("%s/%s/sock", t->m->sandboxes_dir, t->l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     t->fd =
         agentc_connect(dirfd, attach ? "console.sock" : "agent.sock", t->l->init_pid, 5000, err);
@@ -90,7 +80,8 @@ sbx_term_t *sbx_term_open(sbx_mgr_t *m, const user_t *owner, const char *key,
                           const struct sbx_term_req *q, err_t *err)
 {
     sandbox_rec_t r;
-    if (sbx_exec_check(m, owner, key, err) < 0 || sbx_lookup(m, owner, key, &r, err) < 0)
+    struct sbx_live *l;
+    if (sbx_use_begin(m, owner, key, &l, &r, err) < 0)
         return NULL;
     bool attach = q->argv == NULL;
     int rc = 0;
@@ -98,10 +89,10 @@ sbx_term_t *sbx_term_open(sbx_mgr_t *m, const user_t *owner, const char *key,
         rc = err_set(err, ERR_CONFLICT, 0, "not_interactive",
                      "only an interactive sandbox with a main process has a console to attach to");
     sbx_term_t *t = xcalloc(1, sizeof(*t));
-    *t = (sbx_term_t){.m = m, .owner_id = r.owner_id, .fd = -1};
+    *t = (sbx_term_t){.m = m, .l = l, .owner_id = r.owner_id, .fd = -1};
     agentc_reader_init(&t->reader);
     if (rc == 0)
-        rc = connect_locked(t, &r, attach, err);
+        rc = connect_agent(t, attach, err);
     if (rc == 0 && !attach)
         rc = start_exec(t, q, err);
     store_sandbox_rec_clear(&r);
@@ -145,13 +136,8 @@ void sbx_term_close(sbx_term_t *t, int exit_code)
                   json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)t->eid, "command", "pty",
                             "exit_code", exit_code));
     }
-    if (t->l) {
-        if (t->counted)
-            atomic_fetch_sub(&t->l->execs, 1);
-        pthread_rwlock_unlock(&t->l->lock);
-        store_sandbox_touch(t->m->store, t->l->id);
-        sbx_live_put(t->m, t->l);
-    }
+    store_sandbox_touch(t->m->store, t->l->id);
+    sbx_use_end(t->m, t->l);
     agentc_reader_free(&t->reader);
     free(t);
 }

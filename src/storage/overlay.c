@@ -14,9 +14,18 @@
 #include "common/util.h"
 #include "storage.h"
 
+/*
+ * index=on,nfs_export=on: the overlay can open its files by handle (open_by_handle_at). CRIU
+ * needs that to checkpoint an inotify or fanotify watch (a dev server watching its sources),
+ * which it records by file handle. Where the kernel or the upper filesystem cannot (EINVAL),
+ * the overlay is mounted without them, and such watches cannot be checkpointed.
+ */
+#define EXPORT_OPTS ",index=on,nfs_export=on"
+
 int storage_mount_overlay(char *const *layers, size_t n, const char *upper, const char *work,
                           const char *target, err_t *err)
 {
+    static bool no_export; /* the kernel refused EXPORT_OPTS once: do not ask again */
     if (n == 0)
         return err_set(err, ERR_INVALID, 0, "invalid_image", "an image needs at least one layer");
     buf_t opts = {0};
@@ -24,13 +33,20 @@ int storage_mount_overlay(char *const *layers, size_t n, const char *upper, cons
     for (size_t i = n; i-- > 0;) /* overlayfs lists the top layer first */
         buf_printf(&opts, "%s%s", layers[i], i ? ":" : "");
     buf_printf(&opts, ",upperdir=%s,workdir=%s", upper, work);
+    size_t plain = opts.len;
+    buf_puts(&opts, EXPORT_OPTS);
     /* mount(2) options are limited to a page. */
     if (opts.len >= 4000) {
         buf_free(&opts);
         return err_set(err, ERR_UNPROCESSABLE, 0, "too_many_layers",
                        "the image has too many layers (%zu) to stack", n);
     }
-    int rc = mount("overlay", target, "overlay", 0, opts.data);
+    int rc = no_export ? -1 : mount("overlay", target, "overlay", 0, opts.data);
+    if (rc < 0 && (no_export || errno == EINVAL)) {
+        no_export = true;
+        opts.data[plain] = '\0';
+        rc = mount("overlay", target, "overlay", 0, opts.data);
+    }
     buf_free(&opts);
     if (rc < 0)
         return err_sys(err, "mount overlay at %s", target);

@@ -7,6 +7,45 @@
 #include "store_internal.h"
 #include "store_sandboxes.h"
 
+static const char *const status_names[SBX_STATUS_COUNT] = {
+    [SBX_CREATING] = "creating",     [SBX_RUNNING] = "running", [SBX_PAUSED] = "paused",
+    [SBX_HIBERNATED] = "hibernated", [SBX_EXITED] = "exited",   [SBX_TERMINATED] = "terminated",
+};
+
+static const char *const intent_names[SBX_INTENT_COUNT] = {
+    [SBX_INTENT_NONE] = "",           [SBX_INTENT_CREATE] = "create",
+    [SBX_INTENT_DELETE] = "delete",   [SBX_INTENT_COALESCE] = "coalesce",
+    [SBX_INTENT_HIBERNATE] = "hibernate", [SBX_INTENT_WAKE] = "wake",
+};
+
+const char *sandbox_status_name(sandbox_status_t st)
+{
+    return (unsigned)st < SBX_STATUS_COUNT ? status_names[st] : "unknown";
+}
+
+int sandbox_status_parse(const char *name)
+{
+    for (int i = 0; name && i < SBX_STATUS_COUNT; i++)
+        if (strcmp(name, status_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *sandbox_intent_name(sandbox_intent_t i)
+{
+    return (unsigned)i < SBX_INTENT_COUNT ? intent_names[i] : "";
+}
+
+int sandbox_intent_parse(const char *name)
+{
+    if (!name || !*name)
+        return SBX_INTENT_NONE;
+    for (int i = 1; i < SBX_INTENT_COUNT; i++)
+        if (strcmp(name, intent_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 #define SBX_COLS                                                                                   \
     "id, name, owner_id, label, image, status, coalesce(intent, ''), exit_code, "                  \
     "coalesce(hostname, ''), coalesce(ip_address, ''), coalesce(parent_id, ''), created_at, "      \
@@ -21,8 +60,11 @@ static void read_rec(sqlite3_stmt *st, sandbox_rec_t *r)
     r->owner_id = sqlite3_column_int64(st, 2);
     store_col_text(st, 3, r->label, sizeof(r->label));
     store_col_text(st, 4, r->image, sizeof(r->image));
-    store_col_text(st, 5, r->status, sizeof(r->status));
-    store_col_text(st, 6, r->intent, sizeof(r->intent));
+    /* A name this build does not know (a newer daemon's) reads as exited: kept, never run. */
+    int status = sandbox_status_parse((const char *)sqlite3_column_text(st, 5));
+    int intent = sandbox_intent_parse((const char *)sqlite3_column_text(st, 6));
+    r->status = status >= 0 ? (sandbox_status_t)status : SBX_EXITED;
+    r->intent = intent >= 0 ? (sandbox_intent_t)intent : SBX_INTENT_NONE;
     r->has_exit_code = sqlite3_column_type(st, 7) != SQLITE_NULL;
     r->exit_code = sqlite3_column_int(st, 7);
     store_col_text(st, 8, r->hostname, sizeof(r->hostname));
@@ -72,8 +114,8 @@ int store_sandbox_insert(store_t *s, const sandbox_rec_t *r, err_t *err)
     sqlite3_bind_int64(st, 3, r->owner_id);
     sqlite3_bind_text(st, 4, r->label, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 5, r->image, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 6, r->status, -1, SQLITE_TRANSIENT);
-    bind_text_or_null(st, 7, r->intent);
+    sqlite3_bind_text(st, 6, sandbox_status_name(r->status), -1, SQLITE_STATIC);
+    bind_text_or_null(st, 7, sandbox_intent_name(r->intent));
     bind_text_or_null(st, 8, r->hostname);
     bind_text_or_null(st, 9, r->parent_id);
     sqlite3_bind_double(st, 10, r->created_at);
@@ -215,8 +257,8 @@ void store_sandbox_list_free(sandbox_rec_t *items, size_t n)
     free(items);
 }
 
-int store_sandbox_set_status(store_t *s, const char *id, const char *status, const char *intent,
-                             bool has_exit, int exit_code, err_t *err)
+int store_sandbox_set_status(store_t *s, const char *id, sandbox_status_t status,
+                             sandbox_intent_t intent, bool has_exit, int exit_code, err_t *err)
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
@@ -226,12 +268,33 @@ int store_sandbox_set_status(store_t *s, const char *id, const char *status, con
                       &st, err) < 0)
         return -1;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, status, -1, SQLITE_TRANSIENT);
-    bind_text_or_null(st, 3, intent);
+    sqlite3_bind_text(st, 2, sandbox_status_name(status), -1, SQLITE_STATIC);
+    bind_text_or_null(st, 3, sandbox_intent_name(intent));
     sqlite3_bind_int(st, 4, has_exit);
     sqlite3_bind_int(st, 5, exit_code);
     if (sqlite3_step(st) != SQLITE_DONE)
         return store_fail(s, "set sandbox status", err);
+    return 0;
+}
+
+int store_sandbox_set_spec_field(store_t *s, const char *id, const char *field, const json_t *value,
+                                 err_t *err)
+{
+    STORE_LOCK(s);
+    sqlite3_stmt *st _cleanup_stmt_ = NULL;
+    if (store_prepare(s,
+                      value ? "UPDATE sandboxes SET spec = json_set(spec, '$.' || ?2, json(?3)) "
+                              "WHERE id = ?1"
+                            : "UPDATE sandboxes SET spec = json_remove(spec, '$.' || ?2) "
+                              "WHERE id = ?1",
+                      &st, err) < 0)
+        return -1;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, field, -1, SQLITE_TRANSIENT);
+    if (value)
+        sqlite3_bind_text(st, 3, json_dump_compact(value), -1, free);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        return store_fail(s, "set a sandbox's spec field", err);
     return 0;
 }
 

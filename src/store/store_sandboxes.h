@@ -7,6 +7,41 @@
 
 #include "store.h"
 
+/*
+ * Where a sandbox is in its lifecycle (docs/lifecycle.md). The names are what the database and
+ * the API say; everywhere else the enum is used (the transitions: src/sandbox/state.c).
+ */
+typedef enum {
+    SBX_CREATING,
+    SBX_RUNNING,
+    SBX_PAUSED,
+    SBX_HIBERNATED,
+    SBX_EXITED,
+    SBX_TERMINATED,
+    SBX_STATUS_COUNT
+} sandbox_status_t;
+
+/* A multi-step change under way, recorded before its first step so that a daemon killed in
+ * the middle finishes or undoes it on the next start. */
+typedef enum {
+    SBX_INTENT_NONE,
+    SBX_INTENT_CREATE,
+    SBX_INTENT_DELETE,
+    SBX_INTENT_COALESCE,
+    SBX_INTENT_HIBERNATE,
+    SBX_INTENT_WAKE,
+    SBX_INTENT_COUNT
+} sandbox_intent_t;
+
+/* The name of a status ("running"). */
+const char *sandbox_status_name(sandbox_status_t s);
+/* The status called name, or -1. */
+int sandbox_status_parse(const char *name);
+/* The name of an intent ("hibernate"; "" for none). */
+const char *sandbox_intent_name(sandbox_intent_t i);
+/* The intent called name ("" or NULL: none), or -1. */
+int sandbox_intent_parse(const char *name);
+
 /* One sandbox row. spec is the JSON of everything else we keep (resources, env, args …). */
 typedef struct {
     char id[65];
@@ -14,8 +49,8 @@ typedef struct {
     int64_t owner_id;
     char label[129];
     char image[512];
-    char status[16];
-    char intent[16];
+    sandbox_status_t status;
+    sandbox_intent_t intent;
     bool has_exit_code;
     int exit_code;
     char hostname[64];
@@ -50,9 +85,12 @@ int store_sandbox_list_reapable(store_t *s, bool any_timeout, sandbox_rec_t **ou
                                 err_t *err);
 /* Free an array from the list functions. */
 void store_sandbox_list_free(sandbox_rec_t *items, size_t n);
-/* Set status, intent (NULL clears) and, if has_exit, the exit code. */
-int store_sandbox_set_status(store_t *s, const char *id, const char *status, const char *intent,
-                             bool has_exit, int exit_code, err_t *err);
+/* Set status, intent (SBX_INTENT_NONE clears it) and, if has_exit, the exit code. */
+int store_sandbox_set_status(store_t *s, const char *id, sandbox_status_t status,
+                             sandbox_intent_t intent, bool has_exit, int exit_code, err_t *err);
+/* Set (or with NULL remove) one top-level field of a sandbox's spec JSON. */
+int store_sandbox_set_spec_field(store_t *s, const char *id, const char *field, const json_t *value,
+                                 err_t *err);
 /* Mark terminated: deleted_at now, delete_reason reason. */
 int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, err_t *err);
 /* Update label and/or is_public (NULL label / public < 0 leave them). */

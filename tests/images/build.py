@@ -7,6 +7,8 @@ Debian mirror apt already uses (and that only for the optional python image).
                /etc/passwd and /etc/group (root, nobody 65534, sbx 1000), /tmp 1777; Cmd ["sh"]
   python       debootstrap --variant=minbase --include=python3 bookworm + user sbx 1000;
                Cmd ["python3"]. Takes minutes the first time: build it only when asked.
+  node         the python image with Debian's nodejs too; Cmd ["node"]. Built only when
+               asked, like python.
 
 Each image is one gzip layer with a proper config (architecture, os, rootfs.diff_ids,
 history) and manifest, under <cache>/<name>/ (default /var/cache/sandboxer/test-images).
@@ -37,11 +39,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE = "/var/cache/sandboxer/test-images"
-IMAGES = ("hello-world", "busybox", "python", "webapp")
+IMAGES = ("hello-world", "busybox", "python", "node", "webapp")
 CREATED = "2024-01-01T00:00:00Z"
 EPOCH = 1704067200  # CREATED as Unix time: every entry's mtime, for reproducible layers
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYTHON_RECIPE = "python v1: bookworm minbase +python3, user sbx 1000, no apt lists/caches"
+NODE_RECIPE = "node v1: the python recipe +nodejs"
 
 MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MT_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -254,11 +257,11 @@ def apt_mirror(suite="bookworm"):
     raise SystemExit(f"build.py: no apt source for '{suite} main' found")
 
 
-def build_python(layout, work):
+def build_python(layout, work, name="python", packages="python3", cmd=("python3",)):
     rootfs = os.path.join(work, "rootfs")
     mirror = apt_mirror()
-    log(f"debootstrap bookworm (minbase + python3) from {mirror}; this takes minutes")
-    subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", "bookworm",
+    log(f"debootstrap bookworm (minbase + {packages}) from {mirror}; this takes minutes")
+    subprocess.run(["debootstrap", "--variant=minbase", "--include=" + packages, "bookworm",
                     rootfs, mirror], check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(rootfs, "etc", "passwd"), "a") as f:
         f.write("sbx:x:1000:1000:sbx:/home/sbx:/bin/sh\n")
@@ -276,20 +279,27 @@ def build_python(layout, work):
             elif os.path.lexists(p):
                 os.unlink(p)
     desc, diff_id = layout.add_layer(rootfs)
-    layout.finish("python", [desc], [diff_id],
-                  {"Env": [PATH_ENV, "LANG=C.UTF-8"], "Cmd": ["python3"], "WorkingDir": "/"})
+    layout.finish(name, [desc], [diff_id],
+                  {"Env": [PATH_ENV, "LANG=C.UTF-8"], "Cmd": list(cmd), "WorkingDir": "/"})
+
+
+def build_node(layout, work):
+    build_python(layout, work, "node", "python3,nodejs", ("node",))
 
 
 BUILDERS = {"hello-world": build_hello, "busybox": build_busybox, "python": build_python,
-            "webapp": build_webapp}
+            "node": build_node, "webapp": build_webapp}
 
 
 def input_key(name):
     h = hashlib.sha256()
-    if name == "python":
+    if name in ("python", "node"):
         h.update(PYTHON_RECIPE.encode())
         h.update(inspect.getsource(build_python).encode())
         h.update(oci_arch().encode())
+        if name == "node":
+            h.update(NODE_RECIPE.encode())
+            h.update(inspect.getsource(build_node).encode())
         return h.hexdigest()
     with open(os.path.abspath(__file__), "rb") as f:
         h.update(f.read())

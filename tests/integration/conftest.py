@@ -229,11 +229,12 @@ def make_user(daemon, admin):
 
 @pytest.fixture(scope="session")
 def registry_url():
-    """A docker-registry on 127.0.0.1 holding hello-world, busybox (and python if built)."""
+    """A docker-registry on 127.0.0.1 holding hello-world, busybox, webapp, python and node
+    (the Debian images are built once and cached: see tests/images/build.py)."""
     import registry
     reg = registry.start_registry()
     try:
-        registry.push_test_images(reg, python=True)
+        registry.push_test_images(reg, ("hello-world", "busybox", "webapp", "node"), python=True)
         yield reg.url
     finally:
         reg.stop()

@@ -179,7 +179,11 @@ def test_subdomains_reach_the_sandbox(registry_url, tmp_path):
         assert r.status_code == 200 and r.text == "path=/hi?a=1"
         r = httpx.get(d.url + "/p", headers={"Host": f"{s['name']}-8080.sbx.test"})
         assert r.text == "path=/p"
+        # an undeclared port is not public: its owner's token reaches it (nothing listens)
         r = httpx.get(d.url + "/p", headers={"Host": f"{s['name']}-9999.sbx.test"})
+        assert r.status_code == 401
+        r = httpx.get(d.url + "/p", headers={"Host": f"{s['name']}-9999.sbx.test",
+                                             "Authorization": f"Bearer {c.token}"})
         assert r.status_code == 502
         # the API itself is unchanged on other hosts
         assert httpx.get(d.url + "/healthz").json()["status"] == "ok"

@@ -24,7 +24,8 @@ SUITE = os.path.join(ROOT, "tests", "web")
 SUITE_TIMEOUT = 900
 
 CSP = ("default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
-       "style-src 'self'; script-src 'self'; frame-ancestors 'none'; base-uri 'none'")
+       "style-src 'self'; script-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+       "form-action 'none'")
 ASSETS = {
     "/ui": ("text/html", os.path.join(WEB, "index.html")),
     "/ui/app.js": ("text/javascript", os.path.join(WEB, "app.js")),

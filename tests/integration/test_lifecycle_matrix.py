@@ -1,0 +1,330 @@
+"""Fork, hibernate/wake and snapshots of whatever users run, started the way agents start it.
+
+Each workload is started in an idle sandbox through exec (`cmd &`, `nohup`, a daemon, a REPL
+fed through a FIFO...), then one lifecycle operation runs, and the test checks that in the
+child / woken / new sandbox the same processes go on with their memory: every workload keeps
+a random boot id and a counter in memory and publishes both to /tmp/<name>.state
+(workloads/state.py), so a process that was started again (new boot id) or stopped (the
+counter stands still) fails the check. Workloads come from tests/integration/workloads/ and
+are copied in through the files API; the image is the Debian one with python3 and nodejs.
+"""
+import json
+import os
+import secrets
+import subprocess
+import time
+
+import pytest
+
+from conftest import Daemon, Sandboxes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads")
+IMAGE = "node"
+OPS = ("fork", "hibernate", "snapshot")
+
+
+def wait_for(what, fn, timeout=30, interval=0.05):
+    """fn() until it returns something true; fail with what after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def matrix_daemon(registry_url, tmp_path_factory):
+    """One daemon for the whole matrix (each case cleans up its own sandboxes)."""
+    d = Daemon(str(tmp_path_factory.mktemp("matrix")), ["--registry-mirror", registry_url])
+    try:
+        d.start()
+        yield d
+    finally:
+        d.kill()
+
+
+@pytest.fixture
+def sbx(matrix_daemon):
+    c = Sandboxes(matrix_daemon.url, matrix_daemon.admin_token)
+    c.daemon = matrix_daemon  # its log explains a failed operation
+    yield c
+    c.cleanup()
+
+
+@pytest.fixture(scope="module")
+def fdprobe(tmp_path_factory):
+    """The static C workload (epoll, timerfd, eventfd, inotify, signalfd)."""
+    out = tmp_path_factory.mktemp("fdprobe") / "fdprobe"
+    subprocess.run(["gcc", "-static", "-O2", "-o", str(out),
+                    os.path.join(WORKLOADS, "fdprobe.c")], check=True, timeout=120)
+    return out
+
+
+def put(c, sid, path, data, mode="644"):
+    r = c.put(f"/sandboxes/{sid}/files{path}", params={"mkdir": "true", "mode": mode},
+              content=data)
+    assert r.status_code in (200, 201), r.text
+
+
+def upload_workloads(c, sid, fdprobe):
+    for name in sorted(os.listdir(WORKLOADS)):
+        if name.endswith((".py", ".js", ".sh")):
+            with open(os.path.join(WORKLOADS, name), "rb") as f:
+                put(c, sid, f"/tmp/wl/{name}", f.read())
+    with open(fdprobe, "rb") as f:
+        put(c, sid, "/tmp/wl/fdprobe", f.read(), mode="755")
+
+
+def state(c, sid, name):
+    """The published state of workload name in sandbox sid, or None."""
+    r = c.sh(sid, f"cat /tmp/{name}.state 2>/dev/null")
+    try:
+        return json.loads(r["stdout"]) if r["exit_code"] == 0 else None
+    except ValueError:
+        return None
+
+
+def running(c, sid, pid):
+    """True if pid is a live (not zombie) process of sandbox sid."""
+    r = c.sh(sid, f"grep -s '^State:' /proc/{pid}/status")
+    return r["exit_code"] == 0 and "Z (zombie)" not in r["stdout"]
+
+
+class Workload:
+    """A process tree started through exec that publishes /tmp/<name>.state."""
+    name = None
+    start = None  # shell code run through exec
+
+    def started(self, c, sid):
+        c.sh(sid, self.start)
+        return wait_for(f"{self.name} to start", lambda: (s := state(c, sid, self.name))
+                        and s["count"] >= 3 and s)
+
+    def goes_on(self, c, sid, before):
+        """The same process (boot id) goes on from where it was (the counter grows)."""
+        now = wait_for(f"{self.name}'s state", lambda: state(c, sid, self.name))
+        assert now["boot"] == before["boot"], f"{self.name} was started again: {now}"
+        assert now["count"] >= before["count"], (before, now)
+        later = wait_for(f"{self.name} to go on", lambda: (s := state(c, sid, self.name))
+                         and s["count"] > now["count"] and s)
+        self.check(c, sid, before, later)
+
+    def check(self, c, sid, before, now):
+        """What else this workload must still do after the operation."""
+
+
+class ShellLoop(Workload):
+    name = "shell_loop"
+    start = ("nohup sh -c 'i=0; while :; do i=$((i+1)); "
+             "echo \"{\\\"boot\\\": \\\"$$\\\", \\\"count\\\": $i}\" > /tmp/shell_loop.tmp; "
+             "mv /tmp/shell_loop.tmp /tmp/shell_loop.state; sleep 0.05; done' "
+             ">/dev/null 2>&1 &")
+
+
+class PythonScript(Workload):
+    script = None
+
+    @property
+    def start(self):
+        return f"nohup python3 /tmp/wl/{self.script} >/tmp/wl/{self.name}.log 2>&1 &"
+
+
+class Threads(PythonScript):
+    name, script = "threads", "threads.py"
+
+    def check(self, c, sid, before, now):
+        assert now["alive"] == 5, now  # the main thread and its four workers
+
+
+class HttpServer(PythonScript):
+    """Reached from outside through the daemon's proxy, as a user's browser would."""
+    name, script = "httpserver", "httpserver.py"
+    port = 8080
+
+    def started(self, c, sid):
+        c.sh(sid, self.start)
+        wait_for("the server to answer", lambda: c.get(
+            f"/sandboxes/{sid}/proxy/", params={"port": self.port}).status_code == 200)
+        return wait_for("its state", lambda: state(c, sid, self.name))
+
+    def goes_on(self, c, sid, before):
+        """It answers, from the same memory: its counter goes on from where it was."""
+        r = wait_for("an answer", lambda: (a := c.get(f"/sandboxes/{sid}/proxy/",
+                                                       params={"port": self.port}))
+                     .status_code == 200 and a)
+        boot, count = r.text.split()
+        assert boot == before["boot"] and int(count) > before["count"], (r.text, before)
+
+
+class NodeServer(HttpServer):
+    name, port = "node_server", 3000
+    start = "nohup node /tmp/wl/server.js >/tmp/wl/node.log 2>&1 &"
+
+    def started(self, c, sid):
+        super().started(c, sid)
+        return wait_for("its counter", lambda: (s := state(c, sid, self.name))
+                        and s["count"] >= 3 and s)
+
+    def goes_on(self, c, sid, before):
+        Workload.goes_on(self, c, sid, before)  # its timer ticks on
+        super().goes_on(c, sid, before)
+
+
+class Daemonized(Workload):
+    name = "daemon"
+    start = "python3 /tmp/wl/daemon.py"  # forks, setsid, forks again, closes its fds
+
+
+class Pipeline(Workload):
+    name = "pipeline"
+    start = ("nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i; sleep 0.02; done | "
+             "python3 /tmp/wl/pipeline.py' >/dev/null 2>&1 &")
+
+    def check(self, c, sid, before, now):
+        assert now["last"] >= now["count"], now  # the writer's numbers, in order, none lost
+
+
+class UnixSockets(PythonScript):
+    name, script = "unixsock", "unixsock.py"
+
+
+class SqliteWal(PythonScript):
+    name, script = "sqlite_wal", "sqlite_wal.py"
+
+    def check(self, c, sid, before, now):
+        r = c.sh(sid, "python3 -c \"import sqlite3; db = sqlite3.connect('/tmp/wl/wal.db'); "
+                      "print(db.execute('PRAGMA integrity_check').fetchone()[0], "
+                      "db.execute('PRAGMA journal_mode').fetchone()[0])\"")
+        assert r["stdout"].split() == ["ok", "wal"], r
+
+
+class SharedMemoryAndDeletedFile(PythonScript):
+    name, script = "shm", "shm.py"
+
+    def check(self, c, sid, before, now):
+        assert now["shm"] > before["shm"] and now["gone_size"] > before["gone_size"], now
+
+
+class FdProbe(Workload):
+    """epoll over a timerfd, an eventfd, an inotify watch and a signalfd (C, static)."""
+    name = "fdprobe"
+    start = "nohup /tmp/wl/fdprobe >/dev/null 2>&1 &"
+
+    def check(self, c, sid, before, now):
+        assert now["eventfd"] > before["eventfd"], now
+        token = secrets.token_hex(4)
+        c.sh(sid, f"touch /tmp/wl/watch/{token}; kill -USR1 {now['pid']}")
+        wait_for("inotify and the signal", lambda: (s := state(c, sid, self.name))
+                 and s["inotify"] > now["inotify"] and s["signals"] > now["signals"])
+
+
+class TcpLoopback(PythonScript):
+    name, script = "tcp_loopback", "tcppair.py"
+
+
+class SleepInBackground(Workload):
+    """`sleep &` with and without redirections: no state of its own, so its pid is checked."""
+    name = "sleep"
+    redirect = ""
+
+    def started(self, c, sid):
+        r = c.sh(sid, f"sleep 100000 {self.redirect} & echo $!")
+        return {"pid": int(r["stdout"])}
+
+    def goes_on(self, c, sid, before):
+        assert running(c, sid, before["pid"]), c.sh(sid, "ls /proc")
+
+
+class SleepRedirected(SleepInBackground):
+    name = "sleep_redirected"
+    redirect = ">/dev/null 2>&1 </dev/null"
+
+
+class FromTerminal(Workload):
+    """Started with nohup in a terminal (the PTY WebSocket) that is then closed."""
+    name = "from_terminal"
+
+    def started(self, c, sid):
+        import websocket
+        url = str(c.http.base_url).replace("http://", "ws://") + f"/sandboxes/{sid}/exec/pty"
+        ws = websocket.create_connection(url, timeout=30,
+                                         header=[f"Authorization: Bearer {c.token}"])
+        try:
+            ws.send_binary(b"cd /tmp/wl && STATE_NAME=from_terminal nohup python3 threads.py "
+                           b">/dev/null 2>&1 &\nexit\n")
+            while True:  # until the shell ends and the daemon closes the WebSocket
+                op, _ = ws.recv_data(control_frame=True)
+                if op == websocket.ABNF.OPCODE_CLOSE:
+                    break
+        finally:
+            ws.close()
+        return wait_for("it to start", lambda: (s := state(c, sid, self.name))
+                        and s["count"] >= 3 and s)
+
+
+class PythonRepl(Workload):
+    """A Python REPL on a FIFO: a variable set before the operation is read after it."""
+    name = "repl"
+
+    def started(self, c, sid):
+        c.sh(sid, "sh /tmp/wl/repl_feed.sh")
+        c.sh(sid, "echo 'x = 41' > /tmp/wl/repl.in")
+        token = secrets.token_hex(4)
+        self.ask(c, sid, token)
+        return {"token": token}
+
+    def ask(self, c, sid, token):
+        c.sh(sid, f"echo 'print(\"{token}\", x + 1)' > /tmp/wl/repl.in")
+        wait_for("the REPL's answer", lambda: f"{token} 42" in c.sh(
+            sid, "cat /tmp/wl/repl.out")["stdout"])
+
+    def goes_on(self, c, sid, before):
+        self.ask(c, sid, secrets.token_hex(4))
+
+
+ALL = [SleepInBackground(), SleepRedirected(), ShellLoop(), Threads(), HttpServer(),
+       NodeServer(), Daemonized(), Pipeline(), UnixSockets(), SqliteWal(),
+       SharedMemoryAndDeletedFile(), FdProbe(), TcpLoopback(), FromTerminal(), PythonRepl()]
+
+
+def ok(c, r, status=200):
+    assert r.status_code == status, f"{r.text}\ndaemon log:\n{c.daemon.log()[-3000:]}"
+    return r.json()
+
+
+def operate(c, sid, op):
+    """Run op on sid; the sandboxes in which the workload must go on."""
+    if op == "fork":
+        child = ok(c, c.post(f"/sandboxes/{sid}/fork", json={"label": "matrix"}, timeout=120),
+                   201)
+        c.created.append(child["id"])
+        assert child["memory_preserved"] is True
+        return [child["id"], sid]
+    if op == "hibernate":
+        assert ok(c, c.post(f"/sandboxes/{sid}/hibernate", timeout=120))["status"] == "hibernated"
+        woken = ok(c, c.post(f"/sandboxes/{sid}/wake", timeout=120))
+        assert woken["status"] == "running" and woken["memory_preserved"] is True, woken
+        return [sid]
+    name = "matrix-" + secrets.token_hex(4)
+    ok(c, c.post(f"/sandboxes/{sid}/snapshots", json={"name": name}, timeout=120), 201)
+    new = ok(c, c.post("/sandboxes", json={"snapshot": name, "label": "matrix"}, timeout=120),
+             201)
+    c.created.append(new["id"])
+    assert new["memory_preserved"] is True, new
+    ok(c, c.delete(f"/sandboxes/{sid}", timeout=60))  # the new one must not need its source
+    ok(c, c.delete(f"/snapshots/{name}", timeout=60))
+    return [new["id"]]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("workload", ALL, ids=lambda w: w.name)
+def test_workload_started_through_exec_survives(sbx, fdprobe, workload, op):
+    sid = sbx.create(IMAGE, label=f"{workload.name}-{op}")["id"]
+    upload_workloads(sbx, sid, fdprobe)
+    before = workload.started(sbx, sid)
+    for target in operate(sbx, sid, op):
+        workload.goes_on(sbx, target, before)
