@@ -155,8 +155,7 @@ int runtime_checkpoint_explain(const char *work_dir, const char *id, err_t *err)
         snprintf(who, sizeof(who), "process %ld (%s)", sandbox_pid(pid), comm);
     if (meaning)
         return err_set(err, ERR_CONFLICT, 0, "checkpoint_failed",
-                       "the sandbox cannot be checkpointed: %s %s (CRIU: %s)", who, meaning,
-                       error);
+                       "the sandbox cannot be checkpointed: %s %s (CRIU: %s)", who, meaning, error);
     return err_set(err, ERR_CONFLICT, 0, "checkpoint_failed",
                    "the sandbox cannot be checkpointed: CRIU failed on %s: %s", who, error);
 }

@@ -111,8 +111,7 @@ static json_t *delete_victims(sbx_mgr_t *m, int64_t owner_id, const char *const 
             sbx_event(m, owner_id, victims[i], "deleted",
                       json_pack("{s:s}", "reason", "coalesced"));
         } else if (rc < 0) {
-            log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i],
-                     e.msg);
+            log_warn("sandbox.coalesce_delete_failed", "sandbox=%s msg=\"%s\"", victims[i], e.msg);
         }
         if (rc >= 0)
             sbx_change_end(&c);

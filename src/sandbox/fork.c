@@ -71,8 +71,7 @@ static int start_clone(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_pa
         sbx_finish_exit(m, r->id);
         rc = 0;
     } else if (rc == 0) {
-        rc = store_sandbox_set_status(m->store, r->id, SBX_RUNNING, SBX_INTENT_NONE, false, 0,
-                                      err);
+        rc = store_sandbox_set_status(m->store, r->id, SBX_RUNNING, SBX_INTENT_NONE, false, 0, err);
     }
     pthread_rwlock_unlock(&l->lock);
     sbx_live_put(m, l);
@@ -153,8 +152,8 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
     bool memory = runtime_criu_available();
     sandbox_rec_t child;
     struct sbx_paths cp = {0};
-    clone_record(&child, owner, pc.rec.spec, pc.rec.image, pc.rec.id,
-                 label ? label : pc.rec.label, hostname);
+    clone_record(&child, owner, pc.rec.spec, pc.rec.image, pc.rec.id, label ? label : pc.rec.label,
+                 hostname);
     sbx_paths_init(m, child.id, &cp);
     const char *ckpt = memory ? cp.fork_ckpt : NULL;
     int rc = prepare_child(m, &child, &cp, ckpt, err);
@@ -293,8 +292,9 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
         json_t *ev = json_pack("{s:s, s:s, s:b}", "image", r.image, "snapshot", name,
                                "memory_preserved", memory);
         if (!memory && snap.memory_preserved)
-            json_object_set_new(ev, "reason", json_string("the snapshot's memory could not be "
-                                                          "restored; started from its files"));
+            json_object_set_new(ev, "reason",
+                                json_string("the snapshot's memory could not be "
+                                            "restored; started from its files"));
         sbx_event(m, owner->id, r.id, "created", ev);
     }
     sbx_paths_free(&p);

@@ -123,8 +123,7 @@ int sbx_hibernate_if_idle(sbx_mgr_t *m, const char *id, double idle_s, err_t *er
         rc = hibernate_locked(m, &c, err);
         if (rc == 0) {
             sbx_note(m, c.id, NULL, NULL);
-            sbx_event(m, c.rec.owner_id, c.id, "hibernated",
-                      json_pack("{s:s}", "reason", "idle"));
+            sbx_event(m, c.rec.owner_id, c.id, "hibernated", json_pack("{s:s}", "reason", "idle"));
         } else {
             sbx_note(m, c.id, "hibernate", err->msg); /* it runs on; this says why */
         }
@@ -194,9 +193,10 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, bool cold, json
         json_t *ev = json_pack("{s:b}", "memory_preserved", memory);
         if (!memory)
             json_object_set_new(ev, "reason",
-                                json_string(cold ? "a cold wake was asked for"
-                                                 : "its memory could not be restored; it started "
-                                                   "again from its files (the checkpoint is kept)"));
+                                json_string(cold
+                                                ? "a cold wake was asked for"
+                                                : "its memory could not be restored; it started "
+                                                  "again from its files (the checkpoint is kept)"));
         log_info("sandbox.woken", "sandbox=%s memory_preserved=%d", c.id, memory);
         *out = status_json(m, &c.rec, now, "woken", ev);
         json_object_set_new(*out, "memory_preserved", json_boolean(memory));

@@ -198,8 +198,8 @@ void sbx_note(sbx_mgr_t *m, const char *id, const char *op, const char *detail)
     char text[600];
     snprintf(text, sizeof(text), "%s", detail ? detail : "");
     runtime_scrub_paths(text);
-    json_t *v = op ? json_pack("{s:s, s:s, s:f}", "op", op, "detail", text, "at", now_unix())
-                   : NULL;
+    json_t *v =
+        op ? json_pack("{s:s, s:s, s:f}", "op", op, "detail", text, "at", now_unix()) : NULL;
     store_sandbox_set_spec_field(m->store, id, "last_error", v, NULL);
     json_decref(v);
 }

@@ -54,11 +54,11 @@ static void reap_one(sbx_mgr_t *m, const sandbox_rec_t *r, double now)
         log_info("sandbox.idle_hibernated", "sandbox=%s idle_s=%.0f", r->id,
                  now - r->last_active_at);
     else if (rc < 0 && err.kind != ERR_CONFLICT)
-        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s code=%s msg=\"%s\"", r->id,
-                 err.code, err.msg);
+        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s code=%s msg=\"%s\"", r->id, err.code,
+                 err.msg);
     else if (rc < 0 && strcmp(err.code, "checkpoint_failed") == 0)
-        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s code=%s msg=\"%s\"", r->id,
-                 err.code, err.msg);
+        log_warn("sandbox.idle_hibernate_failed", "sandbox=%s code=%s msg=\"%s\"", r->id, err.code,
+                 err.msg);
 }
 
 static void reap_once(sbx_mgr_t *m)

@@ -89,8 +89,7 @@ static void reconcile_one(sbx_mgr_t *m, sandbox_rec_t *r)
                 m->store, r->id, r->intent == SBX_INTENT_COALESCE ? "coalesced" : "deleted", &err);
         log_info("reconcile.delete_finished", "sandbox=%s", r->id);
     } else if ((r->intent == SBX_INTENT_HIBERNATE || r->intent == SBX_INTENT_WAKE) &&
-               marker(m, r->id, "hibernated") &&
-               !(r->intent == SBX_INTENT_WAKE && adopt(m, r))) {
+               marker(m, r->id, "hibernated") && !(r->intent == SBX_INTENT_WAKE && adopt(m, r))) {
         /* A complete checkpoint and no container: it sleeps. */
         sbx_teardown(m, r->id, false, &err);
         store_sandbox_set_status(m->store, r->id, SBX_HIBERNATED, SBX_INTENT_NONE, false, 0, &err);

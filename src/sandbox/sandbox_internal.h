@@ -80,8 +80,8 @@ enum sbx_op {
     SBX_OP_FORK,
     SBX_OP_SNAPSHOT,
     SBX_OP_DELETE,
-    SBX_OP_COALESCE, /* the deletion of one of coalesce's victims */
-    SBX_OP_EXIT,     /* the main process ended (the exit watcher) */
+    SBX_OP_COALESCE,  /* the deletion of one of coalesce's victims */
+    SBX_OP_EXIT,      /* the main process ended (the exit watcher) */
     SBX_OP_PROCESSES, /* work inside a running sandbox: exec, files, processes */
     SBX_OP_COUNT
 };

@@ -25,12 +25,12 @@
 
 /* One row of the transition table. */
 struct transition {
-    const char *name;    /* in messages: "fork", "hibernate" ... */
-    unsigned from;       /* statuses the operation may start from */
-    unsigned noop;       /* statuses in which it has nothing to do (answered as done) */
+    const char *name;        /* in messages: "fork", "hibernate" ... */
+    unsigned from;           /* statuses the operation may start from */
+    unsigned noop;           /* statuses in which it has nothing to do (answered as done) */
     sandbox_intent_t intent; /* written while it works (NONE: a quick change) */
-    bool preempt;        /* kill the container before taking the lock (delete, coalesce) */
-    bool wait_forever;   /* take the lock without the quiesce timeout (the exit watcher) */
+    bool preempt;            /* kill the container before taking the lock (delete, coalesce) */
+    bool wait_forever;       /* take the lock without the quiesce timeout (the exit watcher) */
 };
 
 static const struct transition table[SBX_OP_COUNT] = {
@@ -77,9 +77,8 @@ int sbx_require_status(enum sbx_op op, const sandbox_rec_t *r, err_t *err)
     if (r->status == SBX_HIBERNATED)
         return err_set(err, ERR_CONFLICT, 0, "sandbox_hibernated",
                        "cannot %s a hibernated sandbox; wake it first", sbx_op_name(op));
-    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running",
-                   "cannot %s a sandbox that is %s", sbx_op_name(op),
-                   sandbox_status_name(r->status));
+    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running", "cannot %s a sandbox that is %s",
+                   sbx_op_name(op), sandbox_status_name(r->status));
 }
 
 int sbx_lock_quiesced(struct sbx_live *l, err_t *err)

@@ -13,9 +13,12 @@ static const char *const status_names[SBX_STATUS_COUNT] = {
 };
 
 static const char *const intent_names[SBX_INTENT_COUNT] = {
-    [SBX_INTENT_NONE] = "",           [SBX_INTENT_CREATE] = "create",
-    [SBX_INTENT_DELETE] = "delete",   [SBX_INTENT_COALESCE] = "coalesce",
-    [SBX_INTENT_HIBERNATE] = "hibernate", [SBX_INTENT_WAKE] = "wake",
+    [SBX_INTENT_NONE] = "",
+    [SBX_INTENT_CREATE] = "create",
+    [SBX_INTENT_DELETE] = "delete",
+    [SBX_INTENT_COALESCE] = "coalesce",
+    [SBX_INTENT_HIBERNATE] = "hibernate",
+    [SBX_INTENT_WAKE] = "wake",
 };
 
 const char *sandbox_status_name(sandbox_status_t st)
