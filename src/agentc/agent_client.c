@@ -101,11 +101,39 @@ int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_
     return steal_fd(&fd);
 }
 
+void agentc_close(int fd)
+{
+    if (fd < 0)
+        return;
+    /* Our end of the stream ends: the agent's side sees EOF, finishes and closes. */
+    shutdown(fd, SHUT_WR);
+    double deadline = now_mono_ms() + 2000;
+    char buf[4096];
+    size_t drained = 0;
+    for (;;) {
+        int left = (int)(deadline - now_mono_ms());
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            break;
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            break; /* closed on its side */
+        if (n > 0 && (drained += (size_t)n) > (1u << 20))
+            break; /* it keeps talking: give up waiting */
+    }
+    close(fd);
+}
+
+void agentc_closep(int *fd)
+{
+    agentc_close(*fd);
+}
+
 /* One PING/PONG exchange on a new connection. */
 static int ping_once(int dirfd, const char *name, pid_t pid, double deadline, err_t *err)
 {
     int left = (int)(deadline - now_mono_ms()) + 1;
-    _cleanup_close_ int fd = agentc_connect(dirfd, name, pid, left, err);
+    _cleanup_agentc_ int fd = agentc_connect(dirfd, name, pid, left, err);
     if (fd < 0)
         return -1;
     agentc_reader_t r;

@@ -31,6 +31,17 @@
 int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err);
 
 /*
+ * Close a connection to the agent and wait (at most 2 s) until the agent's side has closed
+ * too. The process serving it (a session, the console keeper) is then done with it: a
+ * checkpoint that follows never meets a socket connected to the host, which CRIU cannot
+ * save ("Unix socket ... not found"). fd < 0 is ignored.
+ */
+void agentc_close(int fd);
+/* A cleanup attribute for connections to the agent: agentc_close at the end of the scope. */
+#define _cleanup_agentc_ __attribute__((cleanup(agentc_closep)))
+void agentc_closep(int *fd);
+
+/*
  * Poll until the agent answers a PING (right after the container starts): retries every
  * millisecond at first, backing off to 10 ms. -1 with "agent_unavailable" after timeout_ms.
  */

@@ -433,10 +433,14 @@ static const struct cli_verb verbs[] = {
         .section = "Pausing and hibernating",
         .run = cmd_wake,
         .summary = "restore hibernated sandboxes",
-        .synopsis = "ID...",
+        .synopsis = "[--cold] ID...",
+        .opts = "cold",
         .help = "Restores each hibernated sandbox from its checkpoint: its processes go on\n"
-                "from where they stood. Prints `ID status` for each. A failure on one id does\n"
-                "not stop the others; the exit status is 1 if any failed.\n",
+                "from where they stood. Prints `ID status` for each. When the memory cannot\n"
+                "be restored the sandbox starts again from its files (its main process\n"
+                "afresh), and the line says so; --cold asks for that start directly. A\n"
+                "failure on one id does not stop the others; the exit status is 1 if any\n"
+                "failed.\n",
         .min_args = 1,
         .max_args = -1,
     },

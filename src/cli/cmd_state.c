@@ -1,4 +1,5 @@
 /* sandboxer pause | unpause | hibernate | wake: freezing a sandbox in memory or on disk. */
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "cli_internal.h"
@@ -15,19 +16,25 @@ static const struct state_change unpause_change = {"DELETE", "/pause"};
 static const struct state_change hibernate_change = {"POST", "/hibernate"};
 static const struct state_change wake_change = {"POST", "/wake"};
 
-/* Ask for the change on one sandbox and print "ID status" (or the answer, with --json). */
+/* wake's body: {"cold": true} with --cold (the CLI runs one verb, so a file-scope value). */
+static json_t *wake_body;
+
+/* Ask for the change on one sandbox and print "ID status" (or the answer, with --json); a
+ * wake that could not keep memory says so. */
 static int change_one(cli_t *cli, client_t *c, const char *key, const struct state_change *sc,
                       err_t *err)
 {
     _cleanup_resp_ client_resp_t resp = {0};
-    if (cli_sandbox_call(c, key, sc->method, sc->suffix, NULL, &resp, err) < 0)
+    const json_t *body = sc == &wake_change ? wake_body : NULL;
+    if (cli_sandbox_call(c, key, sc->method, sc->suffix, body, &resp, err) < 0)
         return -1;
     if (cli->json) {
         cli_print_raw(&resp);
     } else {
         _cleanup_free_ char *id = cli_safe(cli_jstr(resp.json, "id", key));
         _cleanup_free_ char *status = cli_safe(cli_jstr(resp.json, "status", "?"));
-        printf("%s %s\n", id, status);
+        bool cold = json_is_false(json_object_get(resp.json, "memory_preserved"));
+        printf("%s %s%s\n", id, status, cold ? " (started from its files; memory not kept)" : "");
     }
     return 0;
 }
@@ -79,5 +86,8 @@ int cmd_hibernate(cli_t *cli, const cli_args_t *args, err_t *err)
 
 int cmd_wake(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    return change_each(cli, args, wake_one, err);
+    wake_body = cli_opt_flag(args, "cold") ? json_pack("{s:b}", "cold", 1) : NULL;
+    int rc = change_each(cli, args, wake_one, err);
+    json_decref(wake_body);
+    return rc;
 }

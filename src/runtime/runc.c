@@ -1,5 +1,6 @@
 /* The runc driver: every invocation of the OCI runtime goes through here. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -137,6 +139,26 @@ static pid_t spawn_shim(const struct shim_paths *p, err_t *err)
     return pid;
 }
 
+/*
+ * A start that failed or hangs (a restore that never finishes): end the shim, runc and CRIU
+ * under it (one process group) and whatever the container already holds, wait for the shim
+ * and reap it, so nothing of the attempt is left to spin or to block the next one.
+ */
+static void abort_start(const char *id, pid_t shim)
+{
+    err_t e = {0};
+    kill(-shim, SIGKILL);
+    runtime_kill(id, SIGKILL, true, &e);
+    int fd = proc_pidfd_open(shim);
+    if (fd >= 0) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        poll(&pfd, 1, 5000);
+        close(fd);
+    }
+    waitpid(shim, NULL, WNOHANG);
+    runtime_delete(id, &e);
+}
+
 pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid, err_t *err)
 {
     pid_t shim = spawn_shim(p, err);
@@ -157,12 +179,15 @@ pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid,
         if (delay < 1000) /* a restore takes ~50-100 ms: look at least every millisecond */
             delay *= 2;
     }
+    bool timed_out = now_mono_ms() >= deadline;
+    abort_start(p->id, shim);
     char why[1024] = "", criu[512] = "";
     read_small_file(dirfd, "runc.err", why, sizeof(why));
     if (p->restore)
         criu_restore_error(dirfd, criu, sizeof(criu));
-    return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s%s%s",
-                   why[0] ? ": " : "", why, criu[0] ? "; CRIU: " : "", criu);
+    return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s%s%s%s",
+                   timed_out ? " in time" : "", why[0] ? ": " : "", why,
+                   criu[0] ? "; CRIU: " : "", criu);
 }
 
 int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,

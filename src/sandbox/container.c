@@ -144,11 +144,7 @@ int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const 
         return err_sys(err, "open the sandbox's dirs");
     clear_run_dir(run_fd);
     struct shim_paths sp = {l->id, p->bundle, p->run, p->logs, m->cfg.log_max, restore};
-    if (l->shim_pidfd >= 0) { /* a new shim replaces the one of an earlier run */
-        epoll_ctl(m->epfd, EPOLL_CTL_DEL, l->shim_pidfd, NULL);
-        close(l->shim_pidfd);
-        l->shim_pidfd = -1;
-    }
+    sbx_unwatch(m, l); /* a new shim replaces the one of an earlier run */
     l->shim_pid = runtime_start(&sp, START_TIMEOUT_MS, &l->init_pid, err);
     if (l->shim_pid <= 0 || sbx_watch(m, l, err) < 0)
         return -1;

@@ -46,7 +46,7 @@ void sbx_files_close(sbx_files_t *f)
         return;
     if (f->writing)
         agentc_write_abort(&f->writer);
-    close(f->fd);
+    agentc_close(f->fd);
     store_sandbox_touch(f->m->store, f->l->id);
     sbx_use_end(f->m, f->l);
     free(f);

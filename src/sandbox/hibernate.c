@@ -84,6 +84,7 @@ static int hibernate_locked(sbx_mgr_t *m, struct sbx_change *c, err_t *err)
         storage_remove_tree(kept, NULL); /* a newer checkpoint replaces one kept for a retry */
         sbx_fault_point("hibernate.after_checkpoint");
         rc = sbx_teardown(m, c->id, false, err);
+        sbx_unwatch(m, c->l); /* its shim ended with the container: no fd kept while asleep */
     }
     if (rc == 0)
         rc = sbx_change_commit(c, SBX_HIBERNATED, err);

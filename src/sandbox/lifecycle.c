@@ -187,8 +187,10 @@ void sbx_on_exit(sbx_mgr_t *m, const char *id, pid_t shim_pid)
     /* Only a running (or paused) sandbox with no change under way exits: a hibernation or a
      * delete ends its container on purpose, and the exit transition is refused then. */
     if (current && sbx_change_begin(m, NULL, id, SBX_OP_EXIT, &c, &err) == 0) {
-        if (c.l->shim_pid == shim_pid)
+        if (c.l->shim_pid == shim_pid) {
             sbx_finish_exit(m, id);
+            sbx_unwatch(m, c.l); /* no fd kept for a sandbox that has exited */
+        }
         sbx_change_end(&c);
     }
 }

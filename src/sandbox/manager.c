@@ -67,10 +67,7 @@ struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create)
 
 static void live_free(sbx_mgr_t *m, struct sbx_live *l)
 {
-    if (l->shim_pidfd >= 0) {
-        epoll_ctl(m->epfd, EPOLL_CTL_DEL, l->shim_pidfd, NULL);
-        close(l->shim_pidfd);
-    }
+    sbx_unwatch(m, l);
     pthread_rwlock_destroy(&l->lock);
     free(l);
 }
@@ -115,6 +112,15 @@ int sbx_watch(sbx_mgr_t *m, struct sbx_live *l, err_t *err)
     if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, l->shim_pidfd, &ev) < 0)
         return err_sys(err, "watch shim");
     return 0;
+}
+
+void sbx_unwatch(sbx_mgr_t *m, struct sbx_live *l)
+{
+    if (l->shim_pidfd < 0)
+        return;
+    epoll_ctl(m->epfd, EPOLL_CTL_DEL, l->shim_pidfd, NULL);
+    close(l->shim_pidfd);
+    l->shim_pidfd = -1;
 }
 
 /* The id of the live sandbox whose shim is pid (copied into id), or false. */

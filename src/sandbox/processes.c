@@ -48,8 +48,7 @@ static int connect_procs(struct pcall *c, err_t *err)
 
 static void call_close(struct pcall *c, bool touch)
 {
-    if (c->fd >= 0)
-        close(c->fd);
+    agentc_close(c->fd); /* the agent closed first already: this returns at once */
     c->fd = -1;
     if (c->l && touch)
         store_sandbox_touch(c->m->store, c->id);
@@ -87,7 +86,7 @@ static int call_open(sbx_mgr_t *m, const user_t *owner, const char *key, struct 
 /* The next request of the same call goes on a new connection (one request each). */
 static int call_reconnect(struct pcall *c, err_t *err)
 {
-    close(c->fd);
+    agentc_close(c->fd);
     c->fd = -1;
     return connect_procs(c, err);
 }

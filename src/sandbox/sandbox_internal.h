@@ -68,6 +68,8 @@ void sbx_live_put(sbx_mgr_t *m, struct sbx_live *l);
 void sbx_live_remove(sbx_mgr_t *m, const char *id);
 /* Start watching the shim of l for its exit. */
 int sbx_watch(sbx_mgr_t *m, struct sbx_live *l, err_t *err);
+/* Stop watching l's shim and close its pidfd (it ended, or ends on purpose). */
+void sbx_unwatch(sbx_mgr_t *m, struct sbx_live *l);
 
 /* ---- the state machine (state.c) ---- */
 

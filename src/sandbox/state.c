@@ -140,6 +140,12 @@ int sbx_change_begin(sbx_mgr_t *m, const user_t *owner, const char *key, enum sb
     c->from = c->rec.status;
     if (c->rec.intent == SBX_INTENT_NONE && sbx_op_noop(op, c->rec.status))
         return 1;
+    /* A change recorded ahead for many sandboxes at once (coalesce marks every victim in one
+     * transaction) is carried out here: its own intent does not make the sandbox busy. */
+    if (table[op].intent != SBX_INTENT_NONE && c->rec.intent == table[op].intent) {
+        c->intent_written = true;
+        return 0;
+    }
     if (sbx_require_status(op, &c->rec, err) < 0) {
         sbx_change_end(c);
         return -1;
@@ -179,6 +185,10 @@ void sbx_change_end(struct sbx_change *c)
     if (c->locked)
         pthread_rwlock_unlock(&c->l->lock);
     c->locked = false;
+    /* A deleted sandbox never runs again: its live entry (which this change may have made
+     * anew after the delete dropped it) goes, or it would stay for good. */
+    if (c->l && c->rec.id[0] && c->rec.status == SBX_TERMINATED)
+        sbx_live_remove(c->m, c->id);
     if (c->l)
         sbx_live_put(c->m, c->l);
     c->l = NULL;

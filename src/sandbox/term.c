@@ -128,8 +128,8 @@ void sbx_term_close(sbx_term_t *t, int exit_code)
 {
     if (!t)
         return;
-    if (t->fd >= 0)
-        close(t->fd); /* the agent kills the process group of an exec whose connection closes */
+    /* The agent kills the process group of an exec whose connection closes. */
+    agentc_close(t->fd);
     if (t->eid) {
         store_exec_end(t->m->store, t->eid, exit_code, NULL);
         sbx_event(t->m, t->owner_id, t->l->id, "exec",

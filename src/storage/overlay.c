@@ -22,6 +22,23 @@
  */
 #define EXPORT_OPTS ",index=on,nfs_export=on"
 
+/*
+ * Mount, waiting a little while the kernel answers EBUSY: with index=on an upper dir still
+ * used by an overlay is refused, and the previous mount of a sandbox that just hibernated
+ * (detached) lives on until the last of its processes has finished exiting, which takes a
+ * few milliseconds after its container is gone.
+ */
+static int mount_busy_retry(const char *target, const char *data)
+{
+    for (int i = 0;; i++) {
+        if (mount("overlay", target, "overlay", 0, data) == 0)
+            return 0;
+        if (errno != EBUSY || i >= 400)
+            return -1;
+        usleep(5000);
+    }
+}
+
 int storage_mount_overlay(char *const *layers, size_t n, const char *upper, const char *work,
                           const char *target, err_t *err)
 {
@@ -41,11 +58,11 @@ int storage_mount_overlay(char *const *layers, size_t n, const char *upper, cons
         return err_set(err, ERR_UNPROCESSABLE, 0, "too_many_layers",
                        "the image has too many layers (%zu) to stack", n);
     }
-    int rc = no_export ? -1 : mount("overlay", target, "overlay", 0, opts.data);
+    int rc = no_export ? -1 : mount_busy_retry(target, opts.data);
     if (rc < 0 && (no_export || errno == EINVAL)) {
         no_export = true;
         opts.data[plain] = '\0';
-        rc = mount("overlay", target, "overlay", 0, opts.data);
+        rc = mount_busy_retry(target, opts.data);
     }
     buf_free(&opts);
     if (rc < 0)

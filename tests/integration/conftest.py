@@ -3,6 +3,7 @@ import glob
 import itertools
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -118,11 +119,26 @@ class Daemon:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.keep_logs()
         cleanup_state(self.state_dir)
         subprocess.run(["nft", "delete", "table", "inet", self.table], capture_output=True,
                        timeout=30)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
         self.check_sanitizers()
+
+    def keep_logs(self):
+        """With SANDBOXER_TEST_LOGS=DIR, copy this daemon's logs there (named after the test)
+        before its work dir goes: a failure's daemon side can be read afterwards."""
+        keep = os.environ.get("SANDBOXER_TEST_LOGS")
+        if not keep:
+            return
+        os.makedirs(keep, exist_ok=True)
+        test = os.environ.get("PYTEST_CURRENT_TEST", "unknown").split(" ")[0]
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", test)[-150:]
+        for n in range(1, self.starts + 1):
+            src = os.path.join(self.workdir, f"stderr.{n}")
+            if os.path.exists(src):
+                shutil.copyfile(src, os.path.join(keep, f"{name}.{os.getpid()}.{n}.log"))
 
     def check_sanitizers(self):
         """Under ASan/UBSan a report in any run's stderr fails the test."""

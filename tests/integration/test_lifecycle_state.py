@@ -14,7 +14,18 @@ import httpx
 import pytest
 
 from conftest import Daemon, Sandboxes
-from test_events import read_events
+
+def first_event(c, kind, sid, timeout=20):
+    """The first event of type kind about sandbox sid in the caller's event history."""
+    import json
+    with c.stream("GET", "/events", timeout=timeout) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                ev = json.loads(line[6:])
+                if ev["type"] == kind and ev["container_id"] == sid:
+                    return ev
+    raise AssertionError(f"no {kind} event for {sid}")
 
 
 def wait_for(what, fn, timeout=30, interval=0.02):
@@ -181,9 +192,9 @@ def test_a_wake_that_cannot_restore_memory_starts_cold_and_says_why(sbx, sbx_dae
     assert "could not be restored" in info["last_error"]["detail"]
     # The checkpoint is kept beside (for a retry or a look), not restored again.
     assert os.path.isdir(ckpt + ".kept") and not os.path.exists(ckpt)
-    woken = [e for e in read_events(sbx, 50, timeout=5) if e[1] == "woken"]
-    assert woken and woken[-1][2]["data"]["memory_preserved"] is False, woken
-    assert "could not be restored" in woken[-1][2]["data"]["reason"]
+    woken = first_event(sbx, "woken", sid)
+    assert woken["data"]["memory_preserved"] is False, woken
+    assert "could not be restored" in woken["data"]["reason"]
     # Exec, fork and a new hibernation work on it as on any running sandbox.
     child = sbx.post(f"/sandboxes/{sid}/fork", json={}, timeout=120)
     assert child.status_code == 201, child.text

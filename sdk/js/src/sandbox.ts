@@ -617,8 +617,8 @@ export class Sandbox {
 
   // ---- lifecycle ----
 
-  private async setState(method: string, suffix: string, opts: RequestOptions): Promise<SandboxStatus> {
-    const r = await this.http.json<{ status?: string }>(method, this.path(suffix), { signal: opts.signal });
+  private async setState(method: string, suffix: string, opts: RequestOptions, json?: unknown): Promise<SandboxStatus> {
+    const r = await this.http.json<{ status?: string }>(method, this.path(suffix), { signal: opts.signal, json });
     if (typeof r?.status === "string") this.info.status = r.status;
     return this.info.status;
   }
@@ -638,9 +638,13 @@ export class Sandbox {
     return this.setState("POST", "/hibernate", opts);
   }
 
-  /** Restores a hibernated sandbox, its processes where they were. */
-  wake(opts: RequestOptions = {}): Promise<SandboxStatus> {
-    return this.setState("POST", "/wake", opts);
+  /**
+   * Restores a hibernated sandbox, its processes where they were. When its memory cannot be
+   * restored it starts again from its files (its `lastError` says why, after `refresh()`);
+   * `{ cold: true }` asks for that directly.
+   */
+  wake(opts: RequestOptions & { cold?: boolean } = {}): Promise<SandboxStatus> {
+    return this.setState("POST", "/wake", opts, opts.cold ? { cold: true } : undefined);
   }
 
   /** Keeps a named snapshot (memory included) to start new sandboxes from: `create({snapshot})`. */

@@ -49,6 +49,9 @@ export interface SandboxInfo {
   runtime: string;
   /** Only on a fork's answer: whether the child got the parent's processes and memory. */
   memoryPreserved?: boolean;
+  /** Why the last change failed or fell back while the sandbox kept working (a wake that
+   * could not restore memory, an idle hibernation that failed), or null. */
+  lastError: { op: string; detail: string; at: number } | null;
 }
 
 /** Options of `Sandboxer.create`. Exactly one of `image` and `snapshot`. */
@@ -258,6 +261,9 @@ export function toSandboxInfo(w: Wire): SandboxInfo {
     url: strOrNull(w.url),
     resources: { cpus: num(r.cpus), memory: num(r.memory), pids: num(r.pids), disk: numOrNull(r.disk) },
     runtime: str(w.runtime),
+    lastError: w.last_error && typeof w.last_error === "object"
+      ? { op: str(w.last_error.op), detail: str(w.last_error.detail), at: num(w.last_error.at) }
+      : null,
   };
   if (typeof w.memory_preserved === "boolean") info.memoryPreserved = w.memory_preserved;
   return info;

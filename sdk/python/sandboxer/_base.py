@@ -346,9 +346,9 @@ def op_pause(sid: str, pause: bool) -> Req:
     return Req("PUT" if pause else "DELETE", f"/sandboxes/{q(sid)}/pause", timeout=LONG_TIMEOUT)
 
 
-def op_hibernate(sid: str, wake: bool) -> Req:
+def op_hibernate(sid: str, wake: bool, cold: bool = False) -> Req:
     return Req("POST", f"/sandboxes/{q(sid)}/{'wake' if wake else 'hibernate'}",
-               timeout=LONG_TIMEOUT)
+               json={"cold": True} if cold else None, timeout=LONG_TIMEOUT)
 
 
 def op_snapshot(sid: str, name: str) -> Req:

@@ -30,7 +30,8 @@ S = TypeVar("S", bound="SandboxBase")
 FIELDS = ("id", "name", "label", "image", "status", "exit_code", "hostname", "ip_address",
           "parent_id", "child_ids", "created_at", "last_active_at", "deleted_at",
           "delete_reason", "is_public", "interactive", "url", "resources", "runtime",
-          "network", "egress_allow", "memory_preserved", "message", "terminated_sandboxes")
+          "network", "egress_allow", "memory_preserved", "message", "terminated_sandboxes",
+          "last_error")
 
 #: Statuses after which a sandbox will not run again on its own.
 DONE = ("exited", "terminated")
@@ -64,6 +65,9 @@ class SandboxBase:
     resources: Dict[str, Any]
     runtime: str
     memory_preserved: Optional[bool]
+    #: Why the last change failed or fell back while the sandbox kept working (a wake that
+    #: could not restore memory, an idle hibernation that failed): {op, detail, at} or None.
+    last_error: Optional[Dict[str, Any]]
     message: Optional[str]
     terminated_sandboxes: Optional[List[str]]
 
@@ -299,8 +303,8 @@ class _AsyncOps(SandboxBase):
         restores them where they were."""
         return self._status(await self.client._acall(B.op_hibernate(self.id, False)))
 
-    async def wake(self: SandboxBase) -> Dict[str, Any]:
-        return self._status(await self.client._acall(B.op_hibernate(self.id, True)))
+    async def wake(self: SandboxBase, *, cold: bool = False) -> Dict[str, Any]:
+        return self._status(await self.client._acall(B.op_hibernate(self.id, True, cold)))
 
     async def snapshot(self: SandboxBase, name: str) -> Snapshot:
         """Keep a named snapshot (files and memory) to start new sandboxes from."""
@@ -690,9 +694,11 @@ class Sandbox(SandboxBase):
         wake()) restores them where they were."""
         return self._status(self.client._call(B.op_hibernate(self.id, False)))
 
-    def wake(self) -> Dict[str, Any]:
-        """Restore a hibernated sandbox."""
-        return self._status(self.client._call(B.op_hibernate(self.id, True)))
+    def wake(self, *, cold: bool = False) -> Dict[str, Any]:
+        """Restore a hibernated sandbox: ``{id, status, memory_preserved}``. When its memory
+        cannot be restored it starts again from its files (``memory_preserved`` False, the
+        sandbox's ``last_error`` says why); ``cold=True`` asks for that directly."""
+        return self._status(self.client._call(B.op_hibernate(self.id, True, cold)))
 
     def snapshot(self, name: str) -> Snapshot:
         """Keep a named snapshot of this sandbox (files, and memory where CRIU works);
