@@ -186,8 +186,8 @@ pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid,
     if (p->restore)
         criu_restore_error(dirfd, criu, sizeof(criu));
     return err_set(err, ERR_RUNTIME, 0, "runtime", "the container did not start%s%s%s%s%s",
-                   timed_out ? " in time" : "", why[0] ? ": " : "", why,
-                   criu[0] ? "; CRIU: " : "", criu);
+                   timed_out ? " in time" : "", why[0] ? ": " : "", why, criu[0] ? "; CRIU: " : "",
+                   criu);
 }
 
 int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,

@@ -78,8 +78,8 @@ static void refusals(void)
     ok(sbx_require_status(SBX_OP_PROCESSES, &r, &err) < 0 && tap_streq(err.code, "sandbox_paused"),
        "work in a paused sandbox: sandbox_paused");
     r.status = SBX_HIBERNATED;
-    ok(sbx_require_status(SBX_OP_FORK, &r, &err) < 0 &&
-           tap_streq(err.code, "sandbox_hibernated") && err.kind == ERR_CONFLICT,
+    ok(sbx_require_status(SBX_OP_FORK, &r, &err) < 0 && tap_streq(err.code, "sandbox_hibernated") &&
+           err.kind == ERR_CONFLICT,
        "fork of a hibernated one: 409 sandbox_hibernated");
     r.status = SBX_EXITED;
     ok(sbx_require_status(SBX_OP_HIBERNATE, &r, &err) < 0 &&
