@@ -9,9 +9,10 @@
  * each connection is served by a forked session process (session.c) while PID 1 only
  * accepts, reaps and forwards. With --tty the main process runs on a PTY that PID 1 serves
  * itself: output to its stdout (the log) and to the clients of the console socket
- * (console.sock beside --socket), their input to the PTY (pty.c). Everything is driven by
- * one poll over a signalfd, the listening sockets, the PTY and the console's clients; no
- * thread, no timer.
+ * (console.sock beside --socket), their input to the PTY (pty.c). Background processes
+ * (procs.c) are served on procs.sock, beside --socket too, by PID 1 itself. Everything is
+ * driven by one poll over a signalfd, the listening sockets, the PTY, the console's
+ * clients and the background processes' pipes and connections; no thread, no timer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,7 @@ struct agent {
     struct agent_console *console; /* --tty with a main process */
     int keeper_note;               /* tells the console's keeper how the main process ended */
     int keeper_read;               /* the keeper's end of that pipe (until the spawn) */
+    struct agent_procs *procs;     /* background processes (NULL if procs.sock failed) */
     pid_t *sessions;
     size_t nsessions;
 };
@@ -66,13 +68,13 @@ static void usage(void)
     exit(2);
 }
 
-/* console.sock in the directory of the agent's socket. */
-static char *console_default_path(const char *socket_path)
+/* name (console.sock, procs.sock) in the directory of the agent's socket. */
+static char *beside_socket(const char *socket_path, const char *name)
 {
     const char *slash = strrchr(socket_path, '/');
     if (!slash)
-        return xstrdup(AGENT_CONSOLE_SOCKET);
-    return xasprintf("%.*s/%s", (int)(slash - socket_path), socket_path, AGENT_CONSOLE_SOCKET);
+        return xstrdup(name);
+    return xasprintf("%.*s/%s", (int)(slash - socket_path), socket_path, name);
 }
 
 static void parse_args(int argc, char **argv, struct agent_config *cfg)
@@ -111,7 +113,7 @@ static void parse_args(int argc, char **argv, struct agent_config *cfg)
         cfg->socket_path = AGENT_SOCKET_DEFAULT;
     cfg->main_argv = optind < argc ? argv + optind : NULL;
     if (cfg->tty && cfg->main_argv && !cfg->console_path)
-        cfg->console_path = console_default_path(cfg->socket_path);
+        cfg->console_path = beside_socket(cfg->socket_path, AGENT_CONSOLE_SOCKET);
 }
 
 /* Block the signals we handle and read them from a signalfd instead. */
@@ -140,6 +142,7 @@ __attribute__((noreturn)) static void shutdown_agent(struct agent *a, int code)
             kill(-a->main_pid, SIGKILL);
     }
     unlink(a->cfg.socket_path);
+    agent_procs_unlink(a->procs);
     if (a->console)
         unlink(a->cfg.console_path);
     exit(code);
@@ -179,7 +182,8 @@ static void reap(struct agent *a)
             finish_console(a, st); /* its last output and EXIT, bounded */
         if (pid == a->main_pid)
             shutdown_agent(a, WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st));
-        forget_session(a, pid);
+        if (!agent_procs_reaped(a->procs, pid, st))
+            forget_session(a, pid);
     }
 }
 
@@ -213,6 +217,8 @@ static void start_session(struct agent *a, int conn)
         /* A client dropped by PID 1 must see its connection close: no copy stays here. */
         if (a->console)
             agent_console_close_fds(a->console);
+        /* A copy of a background process's stdin pipe here would keep it from its EOF. */
+        agent_procs_close_fds(a->procs);
         if (getppid() != agent_pid)
             _exit(0);
         agent_session_run(conn, &a->cfg);
@@ -289,6 +295,7 @@ static void fork_keeper(const struct agent_spawn *sp, void *arg)
     close(a->listen_fd);
     close(a->sigfd);
     close(a->keeper_note);
+    agent_procs_close_fds(a->procs);
     agent_console_set_pid(a->console, getppid()); /* the main process, about to exec */
     keeper_run(a->console, a->keeper_read);
 }
@@ -365,6 +372,16 @@ static void start_main(struct agent *a)
     agent_env_free(env);
 }
 
+/* Listen on procs.sock beside the agent's socket; without it, execs still work. */
+static void open_procs(struct agent *a)
+{
+    err_t err = {0};
+    _cleanup_free_ char *path = beside_socket(a->cfg.socket_path, AGENT_PROCS_SOCKET);
+    a->procs = agent_procs_open(path, &a->cfg, &err);
+    if (!a->procs)
+        agent_warn("background processes: %s", err.msg);
+}
+
 int main(int argc, char **argv)
 {
     struct agent a = {.main_pid = 0, .main_stdin = -1, .keeper_note = -1, .keeper_read = -1};
@@ -379,24 +396,33 @@ int main(int argc, char **argv)
         agent_warn("cannot listen on %s: %s", a.cfg.socket_path, strerror(errno));
         return 125;
     }
+    open_procs(&a);
     if (a.cfg.main_argv)
         start_main(&a);
-    struct pollfd p[2 + AGENT_CONSOLE_SLOTS];
+    static struct pollfd p[2 + AGENT_CONSOLE_SLOTS + AGENT_PROCS_SLOTS];
     for (;;) {
-        nfds_t n = 2;
+        nfds_t n = 2, console = 0, procs = 0;
+        int timeout = a.procs ? agent_procs_timeout(a.procs) : -1;
         p[0] = (struct pollfd){a.sigfd, POLLIN, 0};
         p[1] = (struct pollfd){a.listen_fd, POLLIN, 0};
         if (a.console && a.keeper_note < 0) {
-            agent_console_poll_fill(a.console, p + 2);
+            console = n;
+            agent_console_poll_fill(a.console, p + n);
             n += AGENT_CONSOLE_SLOTS;
         }
-        if (poll(p, n, -1) < 0)
+        if (a.procs) {
+            procs = n;
+            n += agent_procs_poll_fill(a.procs, p + n);
+        }
+        if (poll(p, n, timeout) < 0)
             continue;
         if (p[0].revents)
             on_signals(&a);
         if (p[1].revents)
             on_accept(&a);
-        if (a.console && a.keeper_note < 0)
-            agent_console_dispatch(a.console, p + 2);
+        if (console)
+            agent_console_dispatch(a.console, p + console);
+        if (a.procs)
+            agent_procs_dispatch(a.procs, p + procs, n - procs);
     }
 }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "agent/protocol.h"
 #include "common/error.h"
 
@@ -134,6 +136,51 @@ void agent_console_dispatch(struct agent_console *c, const struct pollfd *p);
 void agent_console_finish(struct agent_console *c, int st);
 /* In a forked child of PID 1: close the console's fds (PID 1 keeps its own). */
 void agent_console_close_fds(struct agent_console *c);
+
+/*
+ * procs.c — background processes: started, fed and read through procs.sock, which PID 1
+ * serves in its poll loop. The table, each process's output ring (AGENT_PROCS_RING) and
+ * the connections live in PID 1's memory, so a checkpoint carries them.
+ */
+
+#define AGENT_PROCS_MAX (AGENT_PROCS_RUNNING + AGENT_PROCS_EXITED) /* entries at most */
+/* pollfds the processes use at most: the socket, its connections, 4 fds a running process */
+#define AGENT_PROCS_SLOTS (1 + AGENT_PROCS_CONNS + 4 * AGENT_PROCS_RUNNING)
+
+struct agent_procs;
+
+/* Listen on path (mode 0600); NULL with err set if that fails. */
+struct agent_procs *agent_procs_open(const char *path, const struct agent_config *cfg, err_t *err);
+/* Fill p (room for AGENT_PROCS_SLOTS) for the next poll; returns the slots used. */
+size_t agent_procs_poll_fill(struct agent_procs *ps, struct pollfd *p);
+/* The poll timeout the processes need: ms until their next deadline, -1 for none. */
+int agent_procs_timeout(struct agent_procs *ps);
+/* Act on the revents of the n slots filled by agent_procs_poll_fill, and on deadlines. */
+void agent_procs_dispatch(struct agent_procs *ps, const struct pollfd *p, size_t n);
+/* PID 1 reaped pid with waitpid status st: true if it was a background process. */
+bool agent_procs_reaped(struct agent_procs *ps, pid_t pid, int st);
+/* In a forked child of PID 1 (a session, a keeper): close every fd of the processes. */
+void agent_procs_close_fds(struct agent_procs *ps);
+/* Remove the socket file (the agent is exiting). */
+void agent_procs_unlink(struct agent_procs *ps);
+
+/* session_req.c — an EXEC request decoded and resolved; PROC_START uses it too. */
+struct exec_plan {
+    char **argv;
+    char **env;
+    char *cwd;
+    struct agent_user user;
+    bool has_user, tty, want_stdin;
+    int64_t timeout_ms;
+    uint16_t cols, rows;
+};
+
+/* Decode EXEC's members in obj (strict: an unknown one is ERR_INVALID "invalid"; an unknown
+ * user is code "bad_user"); "env" is taken out of obj. Free p with agent_exec_plan_free. */
+int agent_exec_plan_decode(json_t *obj, const struct agent_config *cfg, struct exec_plan *p,
+                           err_t *err);
+/* Release what agent_exec_plan_decode allocated. */
+void agent_exec_plan_free(struct exec_plan *p);
 
 /* session.c — one connection, one request; runs in a forked child and never returns. */
 __attribute__((noreturn)) void agent_session_run(int sock, const struct agent_config *cfg);

@@ -9,6 +9,9 @@
  * The console socket of an interactive main process (--tty) uses the same frames: the agent
  * sends STDOUT (a replay of recent output first), PONG, EXIT, ERROR; a client sends STDIN,
  * RESIZE, PING, SIGNAL.
+ *
+ * The processes socket (procs.sock, beside the agent socket) is served by PID 1 itself: one
+ * request (PS, PROC_*) per connection, its answer, then the agent closes.
  */
 #pragma once
 
@@ -20,9 +23,16 @@
 #define AGENT_MAX_FRAME        (1024u * 1024u) /* largest payload accepted either way */
 #define AGENT_MAX_CHUNK        (64u * 1024u)   /* largest STDOUT/STDERR/STDIN/FILE_DATA sent */
 #define AGENT_SOCKET_DEFAULT   "/run/sandboxer/agent.sock"
-#define AGENT_CONSOLE_SOCKET   "console.sock" /* beside the agent socket, with --tty */
-#define AGENT_CONSOLE_REPLAY   (16u * 1024u)  /* output a console client gets on attaching */
-#define AGENT_CONSOLE_CLIENTS  8              /* console clients at once; more get ERROR busy */
+#define AGENT_CONSOLE_SOCKET   "console.sock"  /* beside the agent socket, with --tty */
+#define AGENT_CONSOLE_REPLAY   (16u * 1024u)   /* output a console client gets on attaching */
+#define AGENT_CONSOLE_CLIENTS  8               /* console clients at once; more get ERROR busy */
+#define AGENT_PROCS_SOCKET     "procs.sock"    /* beside the agent socket: background processes */
+#define AGENT_PROCS_RING       (1024u * 1024u) /* output a background process keeps, per process */
+#define AGENT_PROCS_RUNNING    64 /* background processes running at once; more: too_many */
+#define AGENT_PROCS_EXITED     64 /* ended ones kept (the oldest forgotten first) */
+#define AGENT_PROCS_CONNS      32 /* procs.sock connections at once; more get ERROR busy */
+#define AGENT_PROCS_STDIN_MAX  (256u * 1024u)  /* stdin bytes in one PROC_STDIN request */
+#define AGENT_PROCS_OUTPUT_MAX (1024u * 1024u) /* output bytes in one OUTPUT answer */
 
 /* Frame types. Client → agent use 0x01-0x7f, agent → client 0x81-0xff, except FILE_DATA and
  * FILE_END, which also carry a WRITE's data from the client. */
@@ -44,8 +54,16 @@ enum agent_frame_type {
     AGENT_DELETE = 0x14, /* {"path", "recursive"?} → OK */
     AGENT_MKDIR = 0x15,  /* {"path", "parents"?, "mode"?} → OK */
     AGENT_RENAME = 0x16, /* {"from", "to", "overwrite"?} → OK */
-    /* reserved for a later request, answered today with ERROR "unsupported" */
-    AGENT_PS = 0x20,
+    /* background processes, on procs.sock (one per connection) */
+    AGENT_PS = 0x20,          /* empty → PROCESS..., then PROCESSES {"count"} */
+    AGENT_PROC_START = 0x21,  /* JSON: EXEC's members + "tag", "command" → PROCESS */
+    AGENT_PROC_GET = 0x22,    /* {"pid"} → PROCESS */
+    AGENT_PROC_OUTPUT = 0x23, /* {"pid", "cursor", "max"?, "wait_ms"?} → OUTPUT_INFO,
+                                 STDOUT/STDERR..., PROCESS */
+    AGENT_PROC_STDIN = 0x24,  /* u32 pid, u8 flags (1: EOF after), bytes → PROCESS */
+    AGENT_PROC_SIGNAL = 0x25, /* {"pid", "signal"} → PROCESS */
+    AGENT_PROC_RESIZE = 0x26, /* {"pid", "cols", "rows"} → PROCESS */
+    AGENT_PROC_DELETE = 0x27, /* {"pid"} → OK {"pid"} */
 
     /* agent → client */
     AGENT_HELLO_OK = 0x81, /* JSON {"version": 1, "pid": N} */
@@ -61,9 +79,24 @@ enum agent_frame_type {
     AGENT_FILE_END = 0x92,    /* end of READ's or WRITE's data; LIST: {"truncated": bool} */
     AGENT_DIR_ENTRIES = 0x93, /* JSON {"entries": [file object...]} */
     AGENT_OK = 0x94,          /* JSON {"path", "size"?, "ready"?} */
-    /* reserved for the answer of PS */
-    AGENT_PROCESSES = 0xa0,
+    /* answers on procs.sock */
+    AGENT_PROCESSES = 0xa0,   /* {"count": N}: the end of PS's PROCESS frames */
+    AGENT_PROCESS = 0xa1,     /* JSON process record */
+    AGENT_OUTPUT_INFO = 0xa2, /* {"cursor", "dropped"}: OUTPUT's first frame */
 };
+
+/* PROC_STDIN's flags byte. */
+#define AGENT_PROC_STDIN_EOF 1u
+
+/* The 5-byte head of a PROC_STDIN payload: the pid (big-endian) and the flags. */
+static inline void agent_proc_stdin_head(uint8_t out[5], uint32_t pid, uint8_t flags)
+{
+    out[0] = (uint8_t)(pid >> 24);
+    out[1] = (uint8_t)(pid >> 16);
+    out[2] = (uint8_t)(pid >> 8);
+    out[3] = (uint8_t)pid;
+    out[4] = flags;
+}
 
 /* What agent_frame_parse found at the start of a buffer. */
 enum agent_parse_result {

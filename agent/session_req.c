@@ -26,17 +26,6 @@ extern char **environ;
 #define MAX_ENV     4096
 #define TIMEOUT_MAX (7 * 24 * 3600 * 1000LL) /* a week, in ms */
 
-/* An EXEC request, decoded and resolved. */
-struct exec_plan {
-    char **argv;
-    char **env;
-    const char *cwd;
-    struct agent_user user;
-    bool has_user, tty, want_stdin;
-    int64_t timeout_ms;
-    uint16_t cols, rows;
-};
-
 /* The EXEC fields other than "env", which may be an object or an array. */
 struct exec_json {
     json_t *argv;
@@ -141,12 +130,9 @@ static int resolve_user(const char *spec, struct exec_plan *p, err_t *err)
     return 0;
 }
 
-static int decode_exec(const struct agent_frame *f, const struct agent_config *cfg,
-                       struct exec_plan *p, err_t *err)
+int agent_exec_plan_decode(json_t *obj, const struct agent_config *cfg, struct exec_plan *p,
+                           err_t *err)
 {
-    _cleanup_json_ json_t *obj = NULL;
-    if (json_parse_object((const char *)f->payload, f->len, &obj, err) < 0)
-        return -1;
     _cleanup_json_ json_t *env = json_incref(json_object_get(obj, "env"));
     json_object_del(obj, "env");
     struct exec_json j = {0};
@@ -157,13 +143,34 @@ static int decode_exec(const struct agent_frame *f, const struct agent_config *c
     if (resolve_user(j.user ? j.user : cfg->user, p, err) < 0 || merge_env(env, p, err) < 0)
         return -1;
     agent_env_default_path(&p->env);
-    p->cwd = j.cwd ? xstrdup(j.cwd) : cfg->workdir;
+    p->cwd = j.cwd ? xstrdup(j.cwd) : cfg->workdir ? xstrdup(cfg->workdir) : NULL;
     p->tty = j.tty == 1;
     p->want_stdin = j.want_stdin == 1;
     p->timeout_ms = j.timeout_ms;
     p->cols = (uint16_t)j.cols;
     p->rows = (uint16_t)j.rows;
     return 0;
+}
+
+void agent_exec_plan_free(struct exec_plan *p)
+{
+    for (size_t i = 0; p->argv && p->argv[i]; i++)
+        free(p->argv[i]);
+    free(p->argv);
+    agent_env_free(p->env);
+    free(p->cwd);
+    if (p->has_user)
+        agent_user_free(&p->user);
+    memset(p, 0, sizeof(*p));
+}
+
+static int decode_exec(const struct agent_frame *f, const struct agent_config *cfg,
+                       struct exec_plan *p, err_t *err)
+{
+    _cleanup_json_ json_t *obj = NULL;
+    if (json_parse_object((const char *)f->payload, f->len, &obj, err) < 0)
+        return -1;
+    return agent_exec_plan_decode(obj, cfg, p, err);
 }
 
 /* A non-blocking parent end and a blocking child end. */

@@ -23,6 +23,10 @@ export SANDBOXER_TOKEN=sbx_...               # or: sandboxer token create --save
 ID=$(sandboxer create busybox --label demo)  # prints the new sandbox's id
 sandboxer exec $ID -- uname -a               # an argv, no shell
 sandboxer exec $ID --code 'echo $((6*7))'    # shell code
+PID=$(sandboxer exec -d $ID -- sh -c 'echo up; exec sleep 600')  # in the background
+sandboxer ps $ID                             # its background processes
+sandboxer logs $ID --process $PID            # one's output (-f follows it to its end)
+sandboxer kill $ID $PID                      # TERM (--signal S)
 sandboxer cp ./data.csv $ID:/work/data.csv   # files in and out
 sandboxer files ls $ID /work
 sandboxer shell $ID                          # an interactive shell (exit to leave)

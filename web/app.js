@@ -17,6 +17,8 @@
     timer: null,
     refreshing: false,
     term: null, // {xterm, fit, ws, onResize}
+    procsLoading: false,
+    procOutput: null, // the pid whose output is shown
   };
 
   // ---------------------------------------------------------------- API
@@ -251,6 +253,7 @@
     try {
       const j = await api('GET', '/sandboxes');
       renderList(Array.isArray(j.sandboxes) ? j.sandboxes : []);
+      loadProcs(); // the selected sandbox's, if it runs
     } catch (e) {
       showError(e);
     } finally {
@@ -296,6 +299,10 @@
       $('file-rows').replaceChildren();
       $('logs').textContent = '';
       $('tree').textContent = '';
+      $('proc-rows').replaceChildren();
+      $('procs').hidden = true;
+      $('procs-empty').hidden = true;
+      hideProcOutput();
       $('term-status').textContent = '';
       setActionStatus('');
     }
@@ -306,6 +313,7 @@
     if (id) {
       renderDetail();
       loadTree();
+      loadProcs();
     }
   }
 
@@ -349,6 +357,8 @@
     $('act-delete').disabled = gone;
     $('term-open').disabled = gone || !!state.term;
     $('exec-run').disabled = gone;
+    $('proc-start').disabled = st !== 'running';
+    $('procs-refresh').disabled = gone;
   }
 
   async function loadTree() {
@@ -485,6 +495,104 @@
     await busy($('logs-load'), async () => {
       const text = await api('GET', sbxPath(id, '/logs'), undefined, { text: true });
       if (state.selected === id) $('logs').textContent = text || '(no output)';
+    });
+  }
+
+
+  // ---------------------------------------------------------------- background processes
+
+  function hideProcOutput() {
+    state.procOutput = null;
+    $('proc-output').hidden = true;
+    $('proc-output-title').hidden = true;
+    $('proc-output').textContent = '';
+  }
+
+  // The list of the selected sandbox's processes. Only a running sandbox is asked on its own
+  // (the list would wake a hibernated one); the Refresh button asks anyway.
+  async function loadProcs({ wake = false } = {}) {
+    const id = state.selected;
+    const s = state.sandboxes.get(id);
+    if (!id || !s || state.procsLoading || (s.status !== 'running' && !wake)) return;
+    state.procsLoading = true;
+    try {
+      const j = await api('GET', sbxPath(id, '/processes'));
+      if (state.selected === id) renderProcs(j.processes || []);
+    } catch (e) {
+      if (wake) showError(e);
+    } finally {
+      state.procsLoading = false;
+    }
+  }
+
+  function renderProcs(list) {
+    $('procs').hidden = list.length === 0;
+    $('procs-empty').hidden = list.length !== 0;
+    $('proc-rows').replaceChildren(...list.map(procRow));
+    if (state.procOutput !== null) {
+      const p = list.find((x) => x.pid === state.procOutput);
+      if (p) showProcOutput(p.pid);
+      else hideProcOutput();
+    }
+  }
+
+  function procRow(p) {
+    const tr = document.createElement('tr');
+    tr.dataset.pid = String(p.pid);
+    const code = p.exit_code === null || p.exit_code === undefined
+      ? '' : (p.signal ? `${p.exit_code} (signal ${p.signal})` : String(p.exit_code));
+    const cmd = el('td', p.command + (p.tag ? `  [${p.tag}]` : ''), 'mono');
+    const buttons = el('td');
+    const out = el('button', 'Output', 'link');
+    out.type = 'button';
+    out.addEventListener('click', () => showProcOutput(p.pid));
+    buttons.appendChild(out);
+    if (p.status === 'running') {
+      const kill = el('button', 'Kill', 'danger small-button');
+      kill.type = 'button';
+      kill.addEventListener('click', () => killProc(kill, p.pid));
+      buttons.appendChild(kill);
+    }
+    tr.append(el('td', p.pid, 'mono'), cmd, el('td', p.status, `status status-${p.status}`),
+      el('td', code), buttons);
+    return tr;
+  }
+
+  async function showProcOutput(pid) {
+    const id = state.selected;
+    try {
+      const j = await api('GET', sbxPath(id, `/processes/${pid}/output?cursor=0&limit=65536`));
+      if (state.selected !== id) return;
+      state.procOutput = pid;
+      const text = (j.chunks || []).map((c) => c.data).join('');
+      const note = j.dropped ? `(${j.dropped} older bytes no longer kept)\n` : '';
+      $('proc-output-pid').textContent = String(pid);
+      $('proc-output').textContent = note + (text || '(no output yet)');
+      $('proc-output').hidden = false;
+      $('proc-output-title').hidden = false;
+    } catch (e) {
+      showError(e);
+    }
+  }
+
+  function killProc(button, pid) {
+    const id = state.selected;
+    return busy(button, async () => {
+      await api('POST', sbxPath(id, `/processes/${pid}/signal`), { signal: 'KILL' });
+      await loadProcs();
+    });
+  }
+
+  async function onProcStart(ev) {
+    ev.preventDefault();
+    const id = state.selected;
+    const code = $('proc-code').value;
+    if (!id || !code.trim()) return;
+    await busy($('proc-start'), async () => {
+      const p = await api('POST', sbxPath(id, '/processes'), { code });
+      $('proc-code').value = '';
+      setActionStatus(`Started process ${p.pid}`);
+      await loadProcs();
     });
   }
 
@@ -629,6 +737,8 @@
     });
     $('logs-load').addEventListener('click', loadLogs);
     $('tree-refresh').addEventListener('click', loadTree);
+    $('proc-form').addEventListener('submit', onProcStart);
+    $('procs-refresh').addEventListener('click', () => loadProcs({ wake: true }));
     $('term-open').addEventListener('click', openTerminal);
     $('term-close').addEventListener('click', closeTerminal);
   }

@@ -3,6 +3,7 @@
 
 #include "api_internal.h"
 #include "common/cleanup.h"
+#include "h_processes.h"
 
 const struct route api_routes[] = {
     {"GET", "/healthz", h_healthz, ROUTE_PUBLIC, "Liveness"},
@@ -27,6 +28,20 @@ const struct route api_routes[] = {
     {"GET", "/sandboxes/{id}/attach", h_attach, ROUTE_AUTH | ROUTE_WS_TOKEN,
      "The console of an interactive sandbox's main process, over WebSocket"},
     {"GET", "/sandboxes/{id}/logs", h_logs, ROUTE_AUTH, "The main process's output"},
+    {"POST", "/sandboxes/{id}/processes", h_proc_start, ROUTE_AUTH,
+     "Start a background process (owned by the sandbox)"},
+    {"GET", "/sandboxes/{id}/processes", h_proc_list, ROUTE_AUTH, "The background processes"},
+    {"GET", "/sandboxes/{id}/processes/{pid}", h_proc_get, ROUTE_AUTH, "One background process"},
+    {"PATCH", "/sandboxes/{id}/processes/{pid}", h_proc_patch, ROUTE_AUTH,
+     "Resize a background process's terminal"},
+    {"DELETE", "/sandboxes/{id}/processes/{pid}", h_proc_delete, ROUTE_AUTH,
+     "Kill a background process's group and forget it"},
+    {"GET", "/sandboxes/{id}/processes/{pid}/output", h_proc_output, ROUTE_AUTH,
+     "A background process's output from a cursor (?stream=true follows it)"},
+    {"POST", "/sandboxes/{id}/processes/{pid}/stdin", h_proc_stdin, ROUTE_AUTH,
+     "Write the body to a background process's stdin (?eof=true closes it)"},
+    {"POST", "/sandboxes/{id}/processes/{pid}/signal", h_proc_signal, ROUTE_AUTH,
+     "Send a background process's group a signal"},
     {"GET", "/sandboxes/{id}/execution-logs", h_execution_logs, ROUTE_AUTH,
      "Executions with their output, oldest first"},
     {"GET", "/sandboxes/{id}/command-executions", h_command_executions, ROUTE_AUTH,

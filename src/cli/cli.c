@@ -92,22 +92,32 @@ static const struct cli_verb verbs[] = {
         .section = "Sandboxes",
         .run = cmd_exec,
         .summary = "run a command in a sandbox",
-        .synopsis = "ID [OPTIONS] [--] CMD [ARGS...] | ID --code CODE",
+        .synopsis = "[-d] ID [OPTIONS] [--] CMD [ARGS...] | [-d] ID --code CODE",
         .help = "Runs CMD with ARGS in the sandbox (no shell), or with --code the shell code\n"
                 "CODE (as `sh -c CODE`), and streams its stdout and stderr to ours as they\n"
                 "come. The exit status is the command's own (255 if it does not fit), or 1\n"
                 "when the daemon reports an error. Options end at CMD; `--` ends them\n"
                 "explicitly. With --json, the stream's ndjson events are printed as they come.\n"
                 "\n"
+                "With -d the command runs in the background, owned by the sandbox (not by this\n"
+                "connection): its pid is printed at once (--json: its record), and `ps`,\n"
+                "`logs --process PID` and `kill` reach it; it and its output stay through a\n"
+                "fork, a hibernation or a daemon restart.\n"
+                "\n"
                 "Options:\n"
+                "  -d, --detach    run it in the background and print its pid\n"
                 "  --env K=V       set an environment variable (repeatable)\n"
                 "  --cwd DIR       the working directory\n"
                 "  --user U        run as user U: a name or uid, optionally :GROUP\n"
-                "  --timeout SECS  kill the command after SECS seconds\n"
+                "  --timeout SECS  kill the command after SECS seconds (not with -d)\n"
                 "  --stdin         send all of our stdin to the command (UTF-8 text only,\n"
-                "                  at most 16 MiB; the command starts once it is read)\n"
-                "  --code CODE     run shell code instead of CMD; takes only --timeout\n",
-        .opts = "+env=,cwd=,user=,timeout=,stdin,code=",
+                "                  at most 16 MiB, with -d 256 KiB; the command starts once\n"
+                "                  it is read)\n"
+                "  --code CODE     run shell code instead of CMD; takes only --timeout (and\n"
+                "                  with -d, --tag and --tty)\n"
+                "  --tag T         with -d: a tag to show in `ps`\n"
+                "  --tty           with -d: run it on a terminal (write to it with the API)\n",
+        .opts = "+d|detach,env=,cwd=,user=,timeout=,stdin,code=,tag=,tty",
         .min_args = 1,
         .max_args = -1,
     },
@@ -198,10 +208,10 @@ static const struct cli_verb verbs[] = {
         .summary = "follow what happens to your sandboxes",
         .synopsis = "[--since ID]",
         .help = "Follows the events of your sandboxes (created, exec, forked, coalesced, paused,\n"
-                "unpaused, hibernated, woken, updated, exited, deleted) as they happen, one a\n"
-                "line; --json prints each event's JSON. The stored ones come first: all of\n"
-                "them, or those after --since ID (an event's id, as SSE's Last-Event-ID).\n"
-                "Runs until interrupted.\n",
+                "unpaused, hibernated, woken, updated, exited, deleted, process_started,\n"
+                "process_deleted) as they happen, one a line; --json prints each event's JSON.\n"
+                "The stored ones come first: all of them, or those after --since ID (an\n"
+                "event's id, as SSE's Last-Event-ID). Runs until interrupted.\n",
         .opts = "since=",
         .min_args = 0,
         .max_args = 0,
@@ -210,16 +220,55 @@ static const struct cli_verb verbs[] = {
         .name = "logs",
         .section = "Sandboxes",
         .run = cmd_logs,
-        .summary = "print the output of a sandbox's main process",
-        .synopsis = "ID [-f|--follow]",
+        .summary = "print the output of a sandbox's main process, or of a background one",
+        .synopsis = "ID [--process PID] [-f|--follow]",
         .help = "Prints what the sandbox's main process has written, as raw bytes. The answer\n"
                 "is text, so --json changes nothing.\n"
                 "\n"
+                "With --process PID, the output of the background process PID (see `ps`)\n"
+                "instead: its stdout on ours, its stderr on ours, from the oldest byte the\n"
+                "sandbox still keeps (1 MiB a process; a note on stderr says what was dropped).\n"
+                "With -f it follows until the process ends, and picks up where it was if the\n"
+                "stream breaks off (a daemon restart). --json prints the daemon's answers\n"
+                "(with -f, the stream's ndjson lines) as they come.\n"
+                "\n"
                 "Options:\n"
-                "  -f, --follow   go on printing as it writes, until it ends\n",
-        .opts = "f|follow",
+                "  -f, --follow     go on printing as it writes, until it ends\n"
+                "  --process PID    a background process's output\n",
+        .opts = "f|follow,process=",
         .min_args = 1,
         .max_args = 1,
+    },
+    {
+        .name = "ps",
+        .section = "Sandboxes",
+        .run = cmd_ps,
+        .summary = "list a sandbox's background processes",
+        .synopsis = "ID",
+        .help = "Lists the background processes of a sandbox (started with `exec -d` or the\n"
+                "API), oldest first: PID (in the sandbox), STATUS (running or exited), EXIT\n"
+                "(- while it runs; with the signal that ended it), TAG, TTY, STARTED and\n"
+                "COMMAND. Ended ones are kept until 64 newer ones ended. With --json, the\n"
+                "daemon's answer as it came.\n",
+        .min_args = 1,
+        .max_args = 1,
+    },
+    {
+        .name = "kill",
+        .section = "Sandboxes",
+        .run = cmd_kill,
+        .summary = "send a background process a signal",
+        .synopsis = "ID PID [--signal S]",
+        .help = "Sends the signal S (default TERM) to the process group of the background\n"
+                "process PID of the sandbox ID, and prints PID. S is a name (TERM, KILL, INT,\n"
+                "HUP, USR1..., with or without SIG) or a number 1-64. A process that has\n"
+                "ended already is an error (409).\n"
+                "\n"
+                "Options:\n"
+                "  --signal S   the signal (default TERM)\n",
+        .opts = "signal=",
+        .min_args = 2,
+        .max_args = 2,
     },
     {
         .name = "cp",

@@ -240,3 +240,11 @@ int cmd_wake(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_snapshot_create(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_snapshot_ls(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_snapshot_rm(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_ps(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_kill(cli_t *cli, const cli_args_t *args, err_t *err);
+/* exec -d: POST body (argv or code, env, cwd, user, stdin) as a background process; prints
+ * its pid. */
+int cli_exec_detached(cli_t *cli, const cli_args_t *args, json_t *body, err_t *err);
+/* logs ID --process PID [-f]: a background process's output (followed, resuming by cursor
+ * when the stream breaks off). */
+int cli_logs_process(cli_t *cli, const cli_args_t *args, const char *pid, err_t *err);

@@ -1,4 +1,5 @@
-/* sandboxer exec | logs: commands in a sandbox and the main process's output, streamed. */
+/* sandboxer exec | logs: commands in a sandbox and the main process's output, streamed
+ * (exec -d and logs --process: cmd_procs.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,9 +154,15 @@ static int exec_status(const struct exec_state *st, err_t *err)
 
 int cmd_exec(cli_t *cli, const cli_args_t *args, err_t *err)
 {
-    bool code = cli_opt_str(args, "code") != NULL;
+    bool code = cli_opt_str(args, "code") != NULL, detach = cli_opt_flag(args, "detach");
     _cleanup_json_ json_t *body = json_object();
     _cleanup_free_ char *path = NULL;
+    if (!detach && (cli_opt_str(args, "tag") || cli_opt_flag(args, "tty")))
+        return cli_usage(err, "exec: --tag and --tty go with -d (a background process)");
+    if (detach) /* a background process, owned by the sandbox: cmd_procs.c */
+        return (code ? code_body(args, body, err) : argv_body(args, body, err)) < 0
+                   ? -1
+                   : cli_exec_detached(cli, args, body, err);
     if (cli_put_positive(body, "timeout", cli_opt_str(args, "timeout"), "exec",
                          "a number of seconds", err) < 0 ||
         (code ? code_body(args, body, err) : argv_body(args, body, err)) < 0)
@@ -183,6 +190,8 @@ static int on_log_bytes(void *data, const char *bytes, size_t len, err_t *err)
 int cmd_logs(cli_t *cli, const cli_args_t *args, err_t *err)
 {
     bool follow = cli_opt_flag(args, "follow");
+    if (cli_opt_str(args, "process")) /* a background process's output: cmd_procs.c */
+        return cli_logs_process(cli, args, cli_opt_str(args, "process"), err);
     _cleanup_free_ char *path = NULL;
     client_t *c = cli_connect(cli, true, err);
     if (!c || cli_sandbox_path(c, cli_arg(args, 0), follow ? "/logs?stream=true" : "/logs", &path,

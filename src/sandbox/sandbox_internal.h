@@ -16,6 +16,8 @@ struct sbx_live {
     pid_t init_pid;
     int shim_pidfd;
     atomic_int execs;
+    atomic_int changing; /* lifecycle changes waiting for the write lock: followers of
+                            background output let go of the read lock for them */
     int refs;
     struct sbx_live *next;
 };

@@ -86,7 +86,10 @@ int sbx_lock_quiesced(struct sbx_live *l, err_t *err)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += QUIESCE_TIMEOUT_S;
-    if (pthread_rwlock_timedwrlock(&l->lock, &ts) != 0)
+    atomic_fetch_add(&l->changing, 1); /* followers of process output let go for it */
+    int rc = pthread_rwlock_timedwrlock(&l->lock, &ts);
+    atomic_fetch_sub(&l->changing, 1);
+    if (rc != 0)
         return err_set(err, ERR_CONFLICT, 0, "sandbox_busy",
                        "execs or terminal sessions are still open in the sandbox; try again "
                        "when they end");

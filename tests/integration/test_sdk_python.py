@@ -546,3 +546,105 @@ def test_stats_and_metrics(sbx_daemon, sbx):
         assert 'sandboxer_sandboxes{status="running"}' in client.metrics()
     finally:
         box.terminate()
+
+
+def _until(pred, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_background_processes(client):
+    with client.create("busybox") as sb:
+        p = sb.start_process("echo hi; sleep 0.3; echo bye >&2; exit 3", tag="job")
+        assert isinstance(p, sandboxer.Process) and p.pid > 1 and p.running and p.tag == "job"
+        chunks = list(p.iter_output())
+        assert [(c.stream, c.data) for c in chunks] == [("stdout", "hi\n"), ("stderr", "bye\n")]
+        assert chunks[-1].cursor == 7 and p.status == "exited" and p.exit_code == 3
+        assert p.wait() == 3
+        out = p.output()
+        assert out.stdout == "hi\n" and out.stderr == "bye\n" and out.done
+        assert p.read_output(3).chunks[0]["data"] == "bye\n"
+        # stdin, the list, one by pid
+        cat = sb.start_process(["cat"], stdin=True)
+        cat.send_stdin("hello\n")
+        cat.send_stdin(b"bytes\n", eof=True)
+        assert cat.wait(timeout=30) == 0 and cat.output().stdout == "hello\nbytes\n"
+        sleeper = sb.start_process(["sleep", "100"])
+        assert [x.pid for x in sb.processes()] == [p.pid, cat.pid, sleeper.pid]
+        assert sb.process(sleeper.pid).command == "sleep 100"
+        with pytest.raises(sandboxer.NotFound):
+            sb.process(999999)
+        with pytest.raises(sandboxer.Timeout):
+            sleeper.wait(timeout=1)
+        sleeper.kill()
+        assert sleeper.wait(timeout=30) == 137 and sleeper.signal == 9
+        with pytest.raises(sandboxer.Conflict):
+            sleeper.send_signal("TERM")
+        sleeper.delete()
+        with pytest.raises(sandboxer.NotFound):
+            sleeper.refresh()
+        assert sb.start_process(["no-such-program"]).exit_code == 127
+        # a terminal
+        sh = sb.start_process("sh", tty=True, cols=100, rows=30)
+        sh.send_stdin("stty size; echo $((6*7))\r")
+        _until(lambda: "42" in sh.output().stdout, what="the shell's answer")
+        assert "30 100" in sh.output().stdout
+        sh.resize(120, 40)
+        sh.send_stdin("exit 5\r")
+        assert sh.wait(timeout=30) == 5
+
+
+def test_process_output_resumes_across_a_daemon_restart(sbx_daemon, client):
+    import threading
+    with client.create("busybox") as sb:
+        p = sb.start_process("i=0; while [ $i -lt 60 ]; do i=$((i+1)); echo n$i; sleep 0.1; "
+                             "done")
+        got = []
+        reader = threading.Thread(target=lambda: got.extend(p.iter_output()), daemon=True)
+        reader.start()
+        _until(lambda: len(got) >= 5, what="output")
+        sbx_daemon.stop()
+        time.sleep(1)
+        sbx_daemon.start()
+        reader.join(120)
+        assert not reader.is_alive()
+        assert "".join(c.data for c in got) == "".join(f"n{i}\n" for i in range(1, 61))
+        assert p.exit_code == 0
+
+
+def test_background_processes_async(sbx_daemon):
+    async def main():
+        async with AsyncSandboxer(sbx_daemon.url, sbx_daemon.admin_token) as c:
+            sb = await c.create("busybox")
+            try:
+                p = await sb.start_process(["sh", "-c", "echo a; echo b; exit 2"])
+                assert isinstance(p, sandboxer.AsyncProcess)
+                text = "".join([ch.data async for ch in p.iter_output()])
+                assert text == "a\nb\n" and await p.wait() == 2
+                cat = await sb.start_process("cat", stdin=True)
+                await cat.send_stdin("x\n", eof=True)
+                assert await cat.wait(timeout=30) == 0
+                assert (await cat.read_output()).stdout == "x\n"
+                s = await sb.start_process(["sleep", "100"])
+                await s.kill("TERM")
+                assert await s.wait(timeout=30) == 143
+                assert [x.pid for x in await sb.processes()] == [p.pid, cat.pid, s.pid]
+                assert (await sb.process(s.pid)).exit_code == 143
+            finally:
+                await sb.terminate()
+    run(main())
+    # the sync client's coroutine twins
+    c = Sandboxer(sbx_daemon.url, sbx_daemon.admin_token)
+    try:
+        with c.create("busybox") as sb:
+            async def twins():
+                p = await sb.astart_process("echo twin")
+                assert await p.wait(timeout=30) == 0
+                return (await p.read_output()).stdout
+            assert run(twins()) == "twin\n"
+            p = sb.start_process("exit 4")
+            assert run(p.await_exit(timeout=30)) == 4
+    finally:
+        c.close()

@@ -207,6 +207,34 @@ describe('web console', { concurrency: 1 }, () => {
     assert.equal(await text(admin, '#exec-stderr'), 'oops\n');
   });
 
+  test('background processes: start, list, output and kill', { timeout: SLOW }, async () => {
+    const id = await selectRow(admin, 'web-made');
+    await admin.type('#proc-code', 'echo bg-out; sleep 300');
+    await admin.click('#proc-start');
+    const procRow = (cmd, status) => admin.waitForFunction((c, st) =>
+      [...document.querySelectorAll('#proc-rows tr')].find((tr) =>
+        tr.cells[1].textContent.includes(c) && tr.cells[2].textContent === st), {}, cmd, status);
+    const row = (await procRow('sleep 300', 'running')).asElement();
+    const pid = Number(await admin.evaluate((tr) => tr.dataset.pid, row));
+    const listed = (await api('GET', `/sandboxes/${id}/processes`)).body.processes;
+    assert.ok(listed.some((p) => p.pid === pid && p.status === 'running'));
+    // one started elsewhere shows up on its own (the list follows the sandbox's)
+    const other = (await api('POST', `/sandboxes/${id}/processes`, { code: 'exit 6', tag: 'api' })).body;
+    await admin.waitForFunction((p) => [...document.querySelectorAll('#proc-rows tr')].some(
+      (tr) => tr.dataset.pid === String(p) && tr.cells[3].textContent === '6' &&
+        tr.cells[1].textContent.includes('[api]')), {}, other.pid);
+    // its output, as text
+    await admin.evaluate((tr) => tr.cells[4].querySelector('button.link').click(), row);
+    await admin.waitForFunction(() => !document.querySelector('#proc-output').hidden &&
+      document.querySelector('#proc-output').textContent.includes('bg-out'));
+    // kill
+    await admin.evaluate((tr) => tr.cells[4].querySelector('button.danger').click(), row);
+    await admin.waitForFunction((p) => [...document.querySelectorAll('#proc-rows tr')].some(
+      (tr) => tr.dataset.pid === String(p) && tr.cells[2].textContent === 'exited' &&
+        tr.cells[3].textContent === '137 (signal 9)'), {}, pid);
+    assert.equal((await api('GET', `/sandboxes/${id}/processes/${pid}`)).body.signal, 9);
+  });
+
   test('files, logs and details of the selected sandbox', { timeout: SLOW }, async () => {
     await admin.$eval('#files-path', (e) => { e.value = ''; });
     await admin.type('#files-path', '/etc');

@@ -34,6 +34,8 @@ export type {
   WriteOptions,
   WriteResult,
 } from "./sandbox.js";
+export { Process } from "./processes.js";
+export type { FollowOptions, OutputChunk, ProcessInfo, ProcessOutput, StartProcessOptions } from "./processes.js";
 export { Terminal } from "./terminal.js";
 export type { TerminalExit, DataListener } from "./terminal.js";
 export {

@@ -18,6 +18,7 @@ import {
   wrapError,
 } from "./http.js";
 import { type Terminal, openTerminal } from "./terminal.js";
+import { type Process, type StartProcessOptions, getProcess, listProcesses, startProcess } from "./processes.js";
 import { EventStream, type EventsOptions } from "./events.js";
 import {
   type ExecChunk,
@@ -509,6 +510,29 @@ export class Sandbox {
       opts.signal?.throwIfAborted();
       throw new StreamError({ status: 0, code: "stream_ended", detail: "the exec stream ended before its exit line", request: label });
     }
+  }
+
+  // ---- background processes ----
+
+  /**
+   * Starts a background process, owned by the sandbox (not by this call): answers at once
+   * with a `Process` handle (`wait`, `iterOutput`, `sendStdin`, `kill`...). The process and
+   * the last 1 MiB of its output go through a fork, a hibernation or a daemon restart. A
+   * string is shell code (`sh -c`), an array an argv (a missing program: a process that
+   * exited with 127). At most 64 run at once per sandbox (RateLimitError).
+   */
+  startProcess(command: string | string[], opts: StartProcessOptions = {}): Promise<Process> {
+    return startProcess(this.http, this.id, command, opts);
+  }
+
+  /** Its background processes, oldest first (running ones, and the last 64 that ended). */
+  processes(opts: RequestOptions = {}): Promise<Process[]> {
+    return listProcesses(this.http, this.id, opts);
+  }
+
+  /** The background process `pid` (NotFoundError if there is none). */
+  process(pid: number, opts: RequestOptions = {}): Promise<Process> {
+    return getProcess(this.http, this.id, pid, opts);
   }
 
   // ---- logs and history ----

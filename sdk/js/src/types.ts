@@ -224,7 +224,7 @@ export interface Me {
 export interface SandboxEvent {
   /** Increasing; resume after it with `events({ lastEventId })`. */
   id: number;
-  /** created, exec, forked, coalesced, paused, unpaused, hibernated, woken, updated, exited, deleted... */
+  /** created, exec, forked, coalesced, paused, unpaused, hibernated, woken, updated, exited, deleted, process_started, process_deleted... */
   type: string;
   /** The sandbox it is about (the wire's container_id). */
   sandboxId: string;

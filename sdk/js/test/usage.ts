@@ -5,6 +5,8 @@ import {
   type ExecChunk,
   type ExecResult,
   type FileInfo,
+  type OutputChunk,
+  type Process,
   NotFoundError,
   type Sandbox,
   Sandboxer,
@@ -33,6 +35,17 @@ export async function usage(): Promise<void> {
   const up: string[] = await box.files.upload("/app", [{ name: "a.txt", data: new Uint8Array([1]) }]);
   await box.files.download("/app/main.py", "/tmp/main.py");
   void bytes, entries, up;
+  const proc: Process = await box.startProcess("python3 -m http.server", { tag: "web", env: { PORT: "8000" } });
+  for await (const c of proc.iterOutput({ cursor: 0, timeout: 60_000 })) {
+    const chunk: OutputChunk = c;
+    if (chunk.stream !== "dropped") process.stdout.write(chunk.data);
+  }
+  const procExit: number = await proc.wait();
+  const cat = await box.startProcess(["cat"], { stdin: true });
+  await cat.sendStdin("x", { eof: true });
+  await (await box.process(proc.pid)).kill("TERM");
+  const listed: Process[] = await box.processes();
+  void procExit, listed;
   const child: Sandbox = await box.fork("try-1");
   const tree = await box.tree();
   console.log(tree.text, tree.root.children.length, child.memoryPreserved);

@@ -21,6 +21,7 @@ from .errors import (APIError, BadGateway, CommandFailed, Conflict, ConnectionFa
                      Unauthorized, UnprocessableEntity)
 from .models import (Event, ExecChunk, ExecResult, Execution, ExecutionLog, ExecutionLogPage,
                      FileInfo, Image, NewToken, Snapshot, Token, Tree, TreeNode, User)
+from .processes import AsyncProcess, OutputChunk, Process, ProcessOutput
 from .sandbox import AsyncSandbox, Sandbox
 from .streams import (AsyncByteStream, AsyncEventStream, AsyncExecStream, AsyncTextStream,
                       ByteStream, EventStream, ExecStream, TextStream)
@@ -29,6 +30,7 @@ from .terminal import Terminal
 __all__ = [
     "__version__",
     "Sandboxer", "AsyncSandboxer", "Sandbox", "AsyncSandbox", "CreateCall", "Terminal",
+    "Process", "AsyncProcess", "OutputChunk", "ProcessOutput",
     "ExecResult", "ExecChunk", "Execution", "ExecutionLog", "ExecutionLogPage", "FileInfo",
     "Event", "Tree", "TreeNode", "Snapshot", "Image", "Token", "NewToken", "User",
     "ExecStream", "AsyncExecStream", "ByteStream", "AsyncByteStream", "TextStream",

@@ -175,7 +175,8 @@ class Event(Model):
 
     ``id`` is the SSE event id (pass it as ``last_event_id`` to resume); ``type`` is one of
     created, exec, forked, coalesced, paused, unpaused, hibernated, woken, updated, exited,
-    deleted; ``data`` holds its details (e.g. ``child_id`` of ``forked``).
+    deleted, process_started, process_deleted; ``data`` holds its details (e.g. ``child_id``
+    of ``forked``, ``pid`` of the process ones).
     """
 
     id: int

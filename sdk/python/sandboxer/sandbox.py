@@ -12,7 +12,9 @@ import httpx
 
 from . import _base as B
 from .errors import NotFound, SandboxerError, Timeout
+from . import processes as P
 from .models import (ExecResult, Execution, ExecutionLogPage, FileInfo, Snapshot, Tree)
+from .processes import AsyncProcess, Process
 from .streams import (AsyncByteStream, AsyncEventStream, AsyncExecStream, AsyncTextStream,
                       ByteStream, EventStream, ExecStream, TextStream)
 from .terminal import Terminal
@@ -240,6 +242,25 @@ class _AsyncOps(SandboxBase):
         """One execution's output after ``start_id``; tail with ``page.next_start_id``."""
         return await self.client._acall(  # type: ignore[no-any-return]
             B.op_execution_page(self.id, execution_id, start_id, limit))
+
+    async def start_process(self: SandboxBase, command: B.Command, *,
+                            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                            user: Optional[str] = None, stdin: Union[bool, str, bytes, None] = None,
+                            tty: bool = False, cols: Optional[int] = None,
+                            rows: Optional[int] = None, tag: Optional[str] = None) -> AsyncProcess:
+        """Start a background process, owned by the sandbox. See :meth:`Sandbox.start_process`."""
+        data = await self.client._acall(P.op_start(self.id, P.start_body(
+            command, env, cwd, user, stdin, tty, cols, rows, tag)))
+        return AsyncProcess(self.client, self.id, data)
+
+    async def processes(self: SandboxBase) -> List[AsyncProcess]:
+        """The sandbox's background processes, oldest first."""
+        return [AsyncProcess(self.client, self.id, d)
+                for d in await self.client._acall(P.op_list(self.id))]
+
+    async def process(self: SandboxBase, pid: int) -> AsyncProcess:
+        """The background process ``pid`` (:class:`~sandboxer.NotFound` if there is none)."""
+        return AsyncProcess(self.client, self.id, await self.client._acall(P.op_get(self.id, pid)))
 
     async def fork(self: S, label: Optional[str] = None,
                    hostname: Optional[str] = None) -> S:
@@ -597,6 +618,37 @@ class Sandbox(SandboxBase):
 
     # ---- fork, tree, coalesce, pause, hibernate, snapshots ----
 
+    # ---- background processes ----
+
+    def start_process(self, command: B.Command, *, env: Optional[Mapping[str, str]] = None,
+                      cwd: Optional[str] = None, user: Optional[str] = None,
+                      stdin: Union[bool, str, bytes, None] = None, tty: bool = False,
+                      cols: Optional[int] = None, rows: Optional[int] = None,
+                      tag: Optional[str] = None) -> Process:
+        """Start a background process, owned by the sandbox (not by this call): it answers
+        at once with a :class:`~sandboxer.Process` handle (``wait()``, ``iter_output()``,
+        ``send_stdin()``, ``kill()``...). The process and the last 1 MiB of its output go
+        through a fork, a hibernation or a daemon restart.
+
+        ``command`` as a string is shell code (``sh -c``), as a list an argv run directly (a
+        missing program gives a process that exited with 127). ``stdin``: ``True`` keeps a
+        pipe to write with ``send_stdin``; text is written first and then closed (as
+        ``exec``'s). ``tty=True`` runs it on a terminal (``cols`` x ``rows``). At most 64
+        run at once per sandbox (:class:`~sandboxer.LimitExceeded`).
+        """
+        data = self.client._call(P.op_start(self.id, P.start_body(
+            command, env, cwd, user, stdin, tty, cols, rows, tag)))
+        return Process(self.client, self.id, data)
+
+    def processes(self) -> List[Process]:
+        """The sandbox's background processes, oldest first (running ones, and the last 64
+        that ended)."""
+        return [Process(self.client, self.id, d) for d in self.client._call(P.op_list(self.id))]
+
+    def process(self, pid: int) -> Process:
+        """The background process ``pid`` (:class:`~sandboxer.NotFound` if there is none)."""
+        return Process(self.client, self.id, self.client._call(P.op_get(self.id, pid)))
+
     def fork(self, label: Optional[str] = None, hostname: Optional[str] = None) -> "Sandbox":
         """A child sandbox with this one's processes, memory, files and listening sockets.
         ``child.memory_preserved`` is False where CRIU could not carry the memory (then the
@@ -818,6 +870,9 @@ class Sandbox(SandboxBase):
     aexec = _AsyncOps.exec
     aexecute = _AsyncOps.execute
     aexec_stream = _AsyncOps.exec_stream
+    astart_process = _AsyncOps.start_process
+    aprocesses = _AsyncOps.processes
+    aprocess = _AsyncOps.process
     aoutput = _AsyncOps.output
     afollow_output = _AsyncOps.follow_output
     alogs = _AsyncOps.logs
