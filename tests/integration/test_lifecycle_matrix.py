@@ -266,6 +266,24 @@ class FromTerminal(Workload):
                         and s["count"] >= 3 and s)
 
 
+class ProcessesApi(Workload):
+    """Started through POST /sandboxes/{id}/processes, as an E2B-style background command."""
+    name = "processes_api"
+
+    def started(self, c, sid):
+        r = c.post(f"/sandboxes/{sid}/processes", json={
+            "argv": ["python3", "threads.py"], "cwd": "/tmp/wl",
+            "env": {"STATE_NAME": self.name}, "tag": "matrix"}, timeout=60)
+        assert r.status_code == 201, r.text
+        self.pid = r.json()["pid"]
+        return wait_for("it to start", lambda: (s := state(c, sid, self.name))
+                        and s["count"] >= 3 and s)
+
+    def check(self, c, sid, before, now):
+        p = c.get(f"/sandboxes/{sid}/processes/{self.pid}").json()
+        assert p["status"] == "running" and p["tag"] == "matrix", p
+
+
 class PythonRepl(Workload):
     """A Python REPL on a FIFO: a variable set before the operation is read after it."""
     name = "repl"
@@ -288,7 +306,7 @@ class PythonRepl(Workload):
 
 ALL = [SleepInBackground(), SleepRedirected(), ShellLoop(), Threads(), HttpServer(),
        NodeServer(), Daemonized(), Pipeline(), UnixSockets(), SqliteWal(),
-       SharedMemoryAndDeletedFile(), FdProbe(), TcpLoopback(), FromTerminal(), PythonRepl()]
+       SharedMemoryAndDeletedFile(), FdProbe(), TcpLoopback(), FromTerminal(), ProcessesApi(), PythonRepl()]
 
 
 def ok(c, r, status=200):
