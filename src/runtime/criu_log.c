@@ -61,7 +61,7 @@ static const struct {
     {"ptrace", "is being traced (ptrace): detach the tracer first"},
     {"Can't dump half of stream unix", "is connected to a unix socket outside the sandbox"},
     {"external", "is connected to something outside the sandbox that cannot be checkpointed"},
-    {"Too big", "holds a deleted file too big to keep (over 256 MiB)"},
+    {"increase limit", "holds a deleted file too big to keep (over 256 MiB)"},
     {"ghost", "holds a deleted file that cannot be kept"},
     {"perf", "uses perf events, which cannot be checkpointed"},
     {"bpf", "uses BPF objects, which cannot be checkpointed"},
