@@ -244,6 +244,8 @@ static bool wait_exit_file(int run_fd)
 int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
              const char *hostname, err_t *err)
 {
+    if (sbx_sockdir_mount(p, err) < 0) /* before the dir is opened: its fd is the tmpfs */
+        return -1;
     int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int run_fd _cleanup_close_ = open(p->run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dirfd < 0 || run_fd < 0)

@@ -156,6 +156,8 @@ int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
     sbx_paths_init(m, id, &p);
     if (rc == 0)
         rc = storage_umount(p.rootfs, err);
+    if (rc == 0)
+        rc = sbx_sockdir_umount(&p, err);
     if (rc == 0 && remove_dirs)
         rc = net_sandbox_teardown(m->cfg.net, id, err);
     if (rc == 0 && remove_dirs) /* left by a fork into it that the daemon died in */

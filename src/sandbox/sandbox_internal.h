@@ -106,5 +106,12 @@ void sbx_fault_point(const char *name);
 /* Record that the container of id ended (exit code from the shim) and release it. */
 void sbx_finish_exit(sbx_mgr_t *m, const char *id);
 
+/* Mount the sandbox's socket dir (a small tmpfs, sockdir.c) unless it is mounted. */
+int sbx_sockdir_mount(const struct sbx_paths *p, err_t *err);
+/* Unmount it (nothing mounted is fine). */
+int sbx_sockdir_umount(const struct sbx_paths *p, err_t *err);
+/* Bytes in use in the socket dir, or -1 when it is not mounted. */
+int64_t sbx_sockdir_used(const struct sbx_paths *p);
+
 /* The disk limit in a sandbox's spec (resources.disk), in bytes; 0: none. */
 uint64_t sbx_spec_disk(const json_t *spec);
