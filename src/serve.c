@@ -29,6 +29,7 @@
 #include "runtime/runtime.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
+#include "store/store_sandboxes.h"
 
 struct serve_opts {
     const char *listen;
@@ -48,6 +49,7 @@ struct serve_opts {
     uint64_t default_pids;
     uint64_t log_max;
     uint64_t exec_output_max;
+    uint64_t exec_log_max;
     uint64_t max_execs;
     uint64_t idle_timeout;
     const char *agent;
@@ -111,6 +113,9 @@ static const struct opt_def {
     {"exec-output-max", "SANDBOXER_EXEC_OUTPUT_MAX", "16M", OPT_SIZE,
      offsetof(struct serve_opts, exec_output_max),
      "output kept per stream of one exec (truncated past it)"},
+    {"exec-log-max-per-sandbox", "SANDBOXER_EXEC_LOG_MAX_PER_SANDBOX", "64M", OPT_SIZE,
+     offsetof(struct serve_opts, exec_log_max),
+     "execution history (commands and output) kept per sandbox; the oldest goes first"},
     {"idle-timeout", "SANDBOXER_IDLE_TIMEOUT", "0", OPT_SECS,
      offsetof(struct serve_opts, idle_timeout),
      "seconds idle before a sandbox hibernates (0: never; a sandbox's idle_timeout wins)"},
@@ -356,6 +361,7 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
     _cleanup_free_ char *db = xasprintf("%s/sandboxer.db", o->state_dir);
     if (!(d->store = store_open(db, err)) || bootstrap_admin(d->store, err) < 0)
         return -1;
+    store_set_exec_log_max(d->store, o->exec_log_max);
     _cleanup_free_ char *img_root = xasprintf("%s/images", o->state_dir);
     d->insecure = xstrdup(o->insecure_registries);
     size_t n_insecure;

@@ -169,6 +169,8 @@ int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sb
             res->execution_id = c.eid;
             rc = run_agent_exec(m, l, q, &c, err);
             store_exec_end(m->store, c.eid, rc == 0 ? res->exit_code : -1, NULL);
+            if (res->stdout_truncated || res->stderr_truncated)
+                store_exec_set_truncated(m->store, c.eid, NULL);
             sbx_event(m, r.owner_id, r.id, "exec",
                       json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)c.eid, "command",
                                 q->command, "exit_code", rc == 0 ? res->exit_code : -1));

@@ -164,9 +164,26 @@ ssize_t sbx_logs_read(sbx_log_reader_t *r, char *buf, size_t size);
 bool sbx_logs_running(sbx_log_reader_t *r);
 void sbx_logs_close(sbx_log_reader_t *r);
 
-/* Execution history routes. */
-int sbx_exec_history(sbx_mgr_t *m, const user_t *owner, const char *key, int limit,
-                     bool newest_first, json_t **out, err_t *err);
+/* One page of execution history. */
+struct sbx_history_req {
+    int limit;         /* executions at most */
+    bool newest_first; /* command-executions; else oldest first (execution-logs) */
+    bool has_cursor;   /* without one: the newest `limit` executions */
+    int64_t cursor;    /* an execution id: oldest first, after it; newest first, before it */
+};
+/* Takes bytes of a streamed answer; false once nobody reads any more. */
+typedef bool (*sbx_write_fn)(void *ctx, const void *data, size_t len);
+/* Owner's sandbox key, whose history is to be read: its id (ERR_NOT_FOUND otherwise). */
+int sbx_exec_history_open(sbx_mgr_t *m, const user_t *owner, const char *key, char id[65],
+                          err_t *err);
+/*
+ * Write one page of sandbox id's history through write: {"executions": [{..., "logs":
+ * [...]}], "next_cursor": id|null, "has_more": bool}, in bounded memory (at most q->limit
+ * executions, ending after the one whose output passes 4 MiB). False if a write failed.
+ */
+bool sbx_exec_history_write(sbx_mgr_t *m, const char *id, const struct sbx_history_req *q,
+                            sbx_write_fn write, void *ctx);
+/* One execution and its output rows after start_id (at most limit rows and 4 MiB). */
 int sbx_exec_logs(sbx_mgr_t *m, const user_t *owner, const char *key, int64_t eid, int64_t start_id,
                   int limit, json_t **out, err_t *err);
 
