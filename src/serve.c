@@ -62,6 +62,7 @@ struct serve_opts {
     const char *vhost;
     const char *cgroup_favordynmods;
     uint64_t egress_proxy_port;
+    const char *user_max[7]; /* --user-max-*: in the order of user_max_names */
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT, OPT_SECS /* 0 allowed: never */ };
@@ -142,6 +143,24 @@ static const struct opt_def {
     {"egress-proxy-port", "SANDBOXER_EGRESS_PROXY_PORT", "3128", OPT_UINT,
      offsetof(struct serve_opts, egress_proxy_port),
      "TCP port of the egress proxy on the bridge's gateway address (0: none; no network proxy)"},
+    {"user-max-running", "SANDBOXER_USER_MAX_RUNNING", "16", OPT_STR,
+     offsetof(struct serve_opts, user_max[0]),
+     "sandboxes a non-admin user may have running at once (none: no limit)"},
+    {"user-max-sandboxes", "SANDBOXER_USER_MAX_SANDBOXES", "64", OPT_STR,
+     offsetof(struct serve_opts, user_max[1]),
+     "sandboxes (running, hibernated or exited) a non-admin user may have"},
+    {"user-max-cpus", "SANDBOXER_USER_MAX_CPUS", "4", OPT_STR,
+     offsetof(struct serve_opts, user_max[2]), "CPUs of one sandbox of a non-admin user"},
+    {"user-max-memory", "SANDBOXER_USER_MAX_MEMORY", "8G", OPT_STR,
+     offsetof(struct serve_opts, user_max[3]), "memory of one sandbox of a non-admin user"},
+    {"user-max-pids", "SANDBOXER_USER_MAX_PIDS", "4096", OPT_STR,
+     offsetof(struct serve_opts, user_max[4]), "tasks of one sandbox of a non-admin user"},
+    {"user-max-disk", "SANDBOXER_USER_MAX_DISK", "none", OPT_STR,
+     offsetof(struct serve_opts, user_max[5]),
+     "disk of one sandbox of a non-admin user (with disk quotas: also its default)"},
+    {"user-max-creates-per-minute", "SANDBOXER_USER_MAX_CREATES_PER_MINUTE", "60", OPT_STR,
+     offsetof(struct serve_opts, user_max[6]),
+     "creates, forks and snapshot starts a non-admin user may make a minute"},
     {"cgroup-favordynmods", "SANDBOXER_CGROUP_FAVORDYNMODS", "on", OPT_STR,
      offsetof(struct serve_opts, cgroup_favordynmods),
      "on: turn on the host's cgroup2 favordynmods (fast cgroup moves; see README) or off"},
@@ -331,6 +350,44 @@ static void daemon_close(struct daemon *d, bool free_shared)
         close(d->lock_fd);
 }
 
+/*
+ * The --user-max-* options into l: "none" (or 0) is no limit; CPUs a number, memory and disk
+ * sizes, the rest integers.
+ */
+static int parse_user_limits(const struct serve_opts *o, user_limits_t *l, err_t *err)
+{
+    static const char *const names[] = {"running", "sandboxes",         "cpus", "memory", "pids",
+                                        "disk",    "creates-per-minute"};
+    int64_t *ints[] = {
+        &l->max_running, &l->max_sandboxes,         NULL, &l->max_memory, &l->max_pids,
+        &l->max_disk,    &l->max_creates_per_minute};
+    store_limits_unset(l);
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        const char *v = o->user_max[i];
+        uint64_t size;
+        long long n;
+        char *end;
+        if (strcmp(v, "none") == 0 || strcmp(v, "0") == 0)
+            continue;
+        bool ok;
+        if (i == 2) {
+            l->max_cpus = strtod(v, &end);
+            ok = *v && !*end && l->max_cpus >= 0.01 && l->max_cpus <= 4096;
+        } else if (i == 3 || i == 5) {
+            ok = parse_size(v, &size) && size < (1ull << 62);
+            *ints[i] = (int64_t)size;
+        } else {
+            ok = parse_int(v, 1, 1000000000, &n);
+            *ints[i] = n;
+        }
+        if (!ok)
+            return err_set(err, ERR_INVALID, 0, "invalid_option",
+                           "--user-max-%s: 'none' or a %s, not '%s'", names[i],
+                           i == 3 || i == 5 ? "size" : "positive number", v);
+    }
+    return 0;
+}
+
 /* The egress proxy asks the sandbox layer what a client address may reach. */
 static json_t *egress_policy(void *ctx, const char *client_ip)
 {
@@ -379,6 +436,9 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--cgroup-favordynmods: on or off");
     if (strcmp(o->cgroup_favordynmods, "on") == 0)
         favor_dynmods();
+    user_limits_t user_limits;
+    if (parse_user_limits(o, &user_limits, err) < 0)
+        return -1;
     _cleanup_free_ char *netns_dir = xasprintf("%s/netns", o->state_dir);
     if (o->egress_proxy_port > 65535)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--egress-proxy-port: 0 to 65535");
@@ -402,6 +462,7 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .max_execs = (unsigned)o->max_execs,
         .idle_timeout_s = (unsigned)o->idle_timeout,
         .egress_proxy_port = (int)o->egress_proxy_port,
+        .user_limits = user_limits,
     };
     if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0)
         return -1;

@@ -174,7 +174,7 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
         sbx_paths_init(m, child.id, &cp);
         ckpt = memory ? cp.fork_ckpt : NULL;
         /* The child's row first, as intent: a crash from here on is undone on start. */
-        rc = store_sandbox_insert(m->store, &child, err);
+        rc = sbx_quota_insert(m, owner, &child, false, err);
         if (rc == 0)
             rc = sbx_make_dirs(&cp, child.hostname, err);
         if (rc == 0) /* its own namespace and address; a listener on 0.0.0.0 serves there too */
@@ -312,7 +312,7 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
     clone_record(&r, owner, snap.spec, snap.image, NULL, label ? label : snap.name, hostname);
     struct sbx_paths p;
     sbx_paths_init(m, r.id, &p);
-    int rc = store_sandbox_insert(m->store, &r, err);
+    int rc = sbx_quota_insert(m, owner, &r, false, err);
     if (rc == 0)
         rc = sbx_make_dirs(&p, r.hostname, err);
     if (rc == 0)

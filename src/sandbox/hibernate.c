@@ -158,7 +158,9 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, json_t **out, e
         _cleanup_free_ char *dir = ckpt_dir(m, r.id);
         struct sbx_paths p;
         sbx_paths_init(m, r.id, &p);
-        rc = store_sandbox_set_status(m->store, r.id, "hibernated", "wake", false, 0, err);
+        rc = sbx_quota_check_wake(m, r.owner_id, err);
+        if (rc == 0)
+            rc = store_sandbox_set_status(m->store, r.id, "hibernated", "wake", false, 0, err);
         if (rc == 0) /* after a host reboot its namespace must be made again */
             rc = sbx_net_setup(m, &r, &p, r.ip_address, err);
         if (rc == 0)

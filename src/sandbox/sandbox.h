@@ -26,12 +26,13 @@ struct sbx_config {
     double default_cpus;
     uint64_t default_memory;
     int64_t default_pids;
-    uint64_t log_max;         /* main-process log cap per file */
-    uint64_t exec_output_max; /* per stream of one exec */
-    unsigned max_execs;       /* concurrent execs per sandbox */
-    unsigned idle_timeout_s;  /* hibernate a sandbox idle this long (0: never), unless its own
-                                 idle_timeout says otherwise */
-    int egress_proxy_port;    /* the egress proxy's port on the gateway (0: none runs) */
+    uint64_t log_max;          /* main-process log cap per file */
+    uint64_t exec_output_max;  /* per stream of one exec */
+    unsigned max_execs;        /* concurrent execs per sandbox */
+    unsigned idle_timeout_s;   /* hibernate a sandbox idle this long (0: never), unless its own
+                                  idle_timeout says otherwise */
+    int egress_proxy_port;     /* the egress proxy's port on the gateway (0: none runs) */
+    user_limits_t user_limits; /* the default limits of a non-admin user (negative: none) */
 };
 
 /* Open the manager: prepares dirs, installs the agent, starts the exit watcher. */
@@ -65,6 +66,25 @@ struct sbx_create_req {
     int64_t idle_timeout; /* < 0 absent */
     const char *snapshot; /* start from this snapshot instead of an image */
 };
+
+/* ---- per-user limits (quota.c) ---- */
+
+/* ERR_INVALID unless a sandbox of cpus and memory fits this host (whoever asks). */
+int sbx_check_host_size(double cpus, uint64_t memory, err_t *err);
+/* The limits u is held to: its own, else the daemon's defaults; none at all for admins. */
+void sbx_user_limits(sbx_mgr_t *m, const user_t *u, user_limits_t *eff);
+/* ERR_FORBIDDEN "limit_exceeded" naming the first of one sandbox's sizes over l. */
+int sbx_limits_check_size(const user_limits_t *l, double cpus, uint64_t memory, int64_t pids,
+                          uint64_t disk, err_t *err);
+/* ERR_LIMIT "quota_exceeded" / "rate_limited" naming the count of u that l forbids to grow
+ * (max_sandboxes and the create rate only when new_row: a new sandbox, not a wake). */
+int sbx_limits_check_counts(const user_limits_t *l, const user_usage_t *u, bool new_row,
+                            err_t *err);
+/* Update l from a JSON object of limits (null: back to the default); ERR_INVALID, l
+ * untouched, on an unknown name, a wrong type or a value out of range. */
+int sbx_limits_parse(json_t *body, user_limits_t *l, err_t *err);
+/* Limits as JSON: {max_running, ..., max_creates_per_minute}, null for none. */
+json_t *sbx_limits_json(const user_limits_t *l);
 
 /* ERR_INVALID unless s is an RFC 1123 host label. */
 int sbx_check_hostname(const char *s, err_t *err);

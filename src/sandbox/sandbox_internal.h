@@ -106,6 +106,18 @@ void sbx_fault_point(const char *name);
 /* Record that the container of id ended (exit code from the shim) and release it. */
 void sbx_finish_exit(sbx_mgr_t *m, const char *id);
 
+/* Before any image is pulled: ERR_FORBIDDEN unless owner may have a sandbox of q's size. */
+int sbx_quota_check_request(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q,
+                            err_t *err);
+/*
+ * Insert the row of a new sandbox (create when fresh, fork or snapshot start otherwise) if
+ * owner's limits allow it: its size (a fresh one bounded in disk gets max_disk where the
+ * host can), then, under one lock with the insert, the sandboxes owner holds and made.
+ */
+int sbx_quota_insert(sbx_mgr_t *m, const user_t *owner, sandbox_rec_t *r, bool fresh, err_t *err);
+/* ERR_LIMIT unless the owner of a hibernated sandbox may have one more running. */
+int sbx_quota_check_wake(sbx_mgr_t *m, int64_t owner_id, err_t *err);
+
 /* Mount the sandbox's socket dir (a small tmpfs, sockdir.c) unless it is mounted. */
 int sbx_sockdir_mount(const struct sbx_paths *p, err_t *err);
 /* Unmount it (nothing mounted is fine). */

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "sandbox/sandbox.h"
 #include "store/store.h"
 #include "store/store_sandboxes.h"
 #include "tap.h"
@@ -134,6 +135,80 @@ static void test_pages(store_t *s, int64_t owner)
     json_decref(rows);
 }
 
+static void test_limits_store(store_t *s)
+{
+    err_t err = {0};
+    user_t bob;
+    store_user_create(s, "bob", false, &bob, &err);
+    user_limits_t l;
+    ok(store_user_limits_get(s, bob.id, &l, &err) == 0 && l.max_running < 0 && l.max_cpus < 0,
+       "a user without limits has every one unset");
+    l.max_running = 3;
+    l.max_cpus = 1.5;
+    l.max_memory = 1 << 30;
+    ok(store_user_limits_set(s, bob.id, &l, &err) == 0, "set limits");
+    user_limits_t got;
+    store_user_limits_get(s, bob.id, &got, &err);
+    ok(got.max_running == 3 && got.max_cpus == 1.5 && got.max_memory == 1 << 30 &&
+           got.max_pids < 0 && got.max_disk < 0,
+       "limits round-trip, unset stays unset");
+    add_sandbox(s, bob.id, "b1", "running");
+    add_sandbox(s, bob.id, "b2", "hibernated");
+    add_sandbox(s, bob.id, "b3", "terminated");
+    user_usage_t u;
+    ok(store_user_usage(s, bob.id, now_unix() - 60, &u, &err) == 0 && u.running == 1 &&
+           u.sandboxes == 2 && u.created_recently == 3,
+       "usage: 1 running, 2 not deleted, 3 made in the last minute (%lld %lld %lld)",
+       (long long)u.running, (long long)u.sandboxes, (long long)u.created_recently);
+    ok(store_user_usage(s, bob.id, now_unix() + 10, &u, &err) == 0 && u.created_recently == 0,
+       "none made in the future");
+}
+
+static void test_limits_logic(void)
+{
+    err_t err = {0};
+    user_limits_t l;
+    store_limits_unset(&l);
+    json_t *body = json_pack("{s:i, s:s, s:f, s:n}", "max_running", 2, "max_memory", "512M",
+                             "max_cpus", 1.5, "max_pids", NULL);
+    ok(sbx_limits_parse(body, &l, &err) == 0 && l.max_running == 2 && l.max_memory == 512 << 20 &&
+           l.max_cpus == 1.5 && l.max_pids < 0,
+       "limits parse: integers, sizes, numbers, null");
+    json_decref(body);
+    user_limits_t before = l;
+    const char *bad[] = {"{\"max_running\": -1}",      "{\"max_cpus\": \"x\"}",
+                         "{\"max_memory\": \"lots\"}", "{\"nope\": 1}",
+                         "{\"max_pids\": 2.5}",        "{\"max_running\": 1, \"max_disk\": 0}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_t *j = json_loads(bad[i], 0, NULL);
+        ok(sbx_limits_parse(j, &l, &err) < 0 && err.kind == ERR_INVALID &&
+               memcmp(&l, &before, sizeof(l)) == 0,
+           "refused, nothing changed: %s", bad[i]);
+        json_decref(j);
+    }
+    ok(sbx_limits_check_size(&l, 1.5, 512 << 20, 100000, 0, &err) == 0, "at the limits: fits");
+    ok(sbx_limits_check_size(&l, 2, 1, 1, 0, &err) < 0 && err.kind == ERR_FORBIDDEN &&
+           strstr(err.msg, "max_cpus"),
+       "over max_cpus: 403 naming it");
+    ok(sbx_limits_check_size(&l, 1, (512 << 20) + 1, 1, 0, &err) < 0 &&
+           strstr(err.msg, "max_memory"),
+       "over max_memory: named");
+    user_usage_t u = {.running = 2, .sandboxes = 2, .created_recently = 0};
+    ok(sbx_limits_check_counts(&l, &u, true, &err) < 0 && err.kind == ERR_LIMIT &&
+           strstr(err.msg, "max_running"),
+       "a third running: 429 naming max_running");
+    l.max_running = -1;
+    l.max_creates_per_minute = 5;
+    u.created_recently = 5;
+    ok(sbx_limits_check_counts(&l, &u, true, &err) < 0 && strcmp(err.code, "rate_limited") == 0,
+       "the sixth create of a minute: rate_limited");
+    ok(sbx_limits_check_counts(&l, &u, false, &err) == 0, "a wake is no create");
+    ok(sbx_check_host_size(100000, 0, &err) < 0 && strstr(err.msg, "host"),
+       "more CPUs than the host: refused");
+    ok(sbx_check_host_size(-1, 1ull << 50, &err) < 0, "more memory than the host: refused");
+    ok(sbx_check_host_size(0.5, 64 << 20, &err) == 0, "a small sandbox fits");
+}
+
 int main(void)
 {
     err_t err = {0};
@@ -143,6 +218,8 @@ int main(void)
     test_history_cap(s, u.id);
     test_history_goes_with_the_sandbox(s, u.id);
     test_pages(s, u.id);
+    test_limits_store(s);
     store_close(s);
+    test_limits_logic();
     return tap_done();
 }
