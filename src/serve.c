@@ -44,6 +44,7 @@ struct serve_opts {
     uint64_t shutdown_timeout;
     const char *registry_mirror;
     const char *insecure_registries;
+    const char *allow_registries;
     const char *default_cpus;
     uint64_t default_memory;
     uint64_t default_pids;
@@ -103,6 +104,9 @@ static const struct opt_def {
     {"insecure-registry", "SANDBOXER_INSECURE_REGISTRIES", "", OPT_STR,
      offsetof(struct serve_opts, insecure_registries),
      "HOST:PORT[,HOST:PORT...] pulled without TLS verification"},
+    {"allow-registry", "SANDBOXER_ALLOW_REGISTRIES", "docker.io", OPT_STR,
+     offsetof(struct serve_opts, allow_registries),
+     "HOST[:PORT][,...] non-admins may pull from (the mirror always; none: only it)"},
     {"default-cpus", "SANDBOXER_DEFAULT_CPUS", "1", OPT_STR,
      offsetof(struct serve_opts, default_cpus), "CPUs of a sandbox that does not ask"},
     {"default-memory", "SANDBOXER_DEFAULT_MEMORY", "512M", OPT_SIZE,
@@ -332,6 +336,8 @@ struct daemon {
     char *agent;
     char *insecure;
     const char **insecure_v;
+    char *allow;
+    const char **allow_v;
 };
 
 static void daemon_close(struct daemon *d, bool free_shared)
@@ -346,6 +352,8 @@ static void daemon_close(struct daemon *d, bool free_shared)
     free(d->agent);
     free(d->insecure);
     free(d->insecure_v);
+    free(d->allow);
+    free(d->allow_v);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
 }
@@ -423,8 +431,14 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
     d->insecure = xstrdup(o->insecure_registries);
     size_t n_insecure;
     d->insecure_v = split_list(d->insecure, &n_insecure);
-    struct image_opts io = {img_root, none_to_null(o->registry_mirror), d->insecure_v, n_insecure,
-                            d->self};
+    d->allow = xstrdup(o->allow_registries);
+    size_t n_allow;
+    d->allow_v = split_list(d->allow, &n_allow); /* "none": nothing but the mirror */
+    if (n_allow == 1 && strcmp(d->allow_v[0], "none") == 0)
+        n_allow = 0;
+    struct image_opts io = {
+        img_root, none_to_null(o->registry_mirror), d->insecure_v, n_insecure, d->self, d->allow_v,
+        n_allow};
     if (!(d->images = image_store_open(&io, d->store, err)))
         return -1;
     double cpus = atof(o->default_cpus);

@@ -315,7 +315,7 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
     image_t *img = NULL;
     if (sbx_quota_check_request(m, owner, q, err) < 0 ||
         image_ref_normalize(q->image, ref, sizeof(ref), err) < 0 ||
-        image_ensure(m->images, ref, &img, err) < 0)
+        image_ensure_for(m->images, ref, owner->is_admin, &img, err) < 0)
         return -1;
     sandbox_rec_t r;
     fill_record(&r, owner, q, img->ref);
