@@ -92,6 +92,25 @@ int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_
     return steal_fd(&fd);
 }
 
+void agentc_close_wait(int fd, int timeout_ms)
+{
+    if (fd < 0)
+        return;
+    double deadline = now_mono_ms() + timeout_ms;
+    char buf[4096];
+    shutdown(fd, SHUT_WR);
+    for (;;) {
+        int left = (int)(deadline - now_mono_ms());
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            break;
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+    }
+    close(fd);
+}
+
 /* One PING/PONG exchange on a new connection. */
 static int ping_once(int dirfd, const char *name, pid_t pid, double deadline, err_t *err)
 {

@@ -31,6 +31,14 @@
 int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err);
 
 /*
+ * Close a connection once the sandbox's end has closed too (or timeout_ms passed): shut our
+ * side for writing, drain what comes until end-of-file. A checkpoint right after (hibernate,
+ * fork) then finds no socket of the sandbox's still connected to the daemon, which CRIU
+ * refuses to dump ("Unix socket ... not found").
+ */
+void agentc_close_wait(int fd, int timeout_ms);
+
+/*
  * Poll until the agent answers a PING (right after the container starts): retries every
  * millisecond at first, backing off to 10 ms. -1 with "agent_unavailable" after timeout_ms.
  */

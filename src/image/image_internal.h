@@ -237,6 +237,8 @@ int image_fetch(image_store_t *s, const struct image_fetch_opts *fo, const char 
 
 /* ---- pulls from registries other than the mirror (pullnet.c) ---- */
 
+#define IMAGE_NSENTER "/usr/bin/nsenter" /* runs skopeo in the pulls' namespace */
+
 struct addrinfo;
 struct sockaddr;
 /* True if a pull may connect to sa: not loopback, private, link-local, multicast, reserved

@@ -102,7 +102,7 @@ static int run_skopeo(image_store_t *s, const struct image_fetch_opts *fo, const
     const char *argv[28];
     size_t n = 0;
     if (netarg) { /* skopeo in the pulls' namespace: its proxy is the only way out */
-        argv[n++] = "/usr/bin/nsenter";
+        argv[n++] = IMAGE_NSENTER;
         argv[n++] = netarg;
         argv[n++] = "--";
     }

@@ -405,6 +405,10 @@ void image_pullnet_close(struct image_pullnet *pn)
 
 struct image_pullnet *image_pullnet_open(err_t *err)
 {
+    if (access(IMAGE_NSENTER, X_OK) < 0) {
+        err_sys(err, "find %s (util-linux)", IMAGE_NSENTER);
+        return NULL;
+    }
     struct image_pullnet *pn = xcalloc(1, sizeof(*pn));
     *pn = (struct image_pullnet){.nsfd = -1, .listen_fd = -1, .stop_fd = -1, .stop_w = -1};
     pthread_t t;

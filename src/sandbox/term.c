@@ -16,6 +16,7 @@
 #include "sandbox_internal.h"
 
 #define TERM_START_TIMEOUT_MS 10000
+#define TERM_CLOSE_WAIT_MS    2000 /* for the sandbox's end of a closed session */
 
 struct sbx_term {
     sbx_mgr_t *m;
@@ -137,14 +138,15 @@ void sbx_term_close(sbx_term_t *t, int exit_code)
 {
     if (!t)
         return;
-    if (t->fd >= 0)
-        close(t->fd); /* the agent kills the process group of an exec whose connection closes */
     if (t->eid) {
         store_exec_end(t->m->store, t->eid, exit_code, NULL);
         sbx_event(t->m, t->owner_id, t->l->id, "exec",
                   json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)t->eid, "command", "pty",
                             "exit_code", exit_code));
     }
+    /* The agent kills the process group of an exec whose connection closes; the console's
+     * keeper drops the client. Either way the lock is kept until their end is closed too. */
+    agentc_close_wait(t->fd, TERM_CLOSE_WAIT_MS);
     if (t->l) {
         if (t->counted)
             atomic_fetch_sub(&t->l->execs, 1);

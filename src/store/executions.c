@@ -124,6 +124,8 @@ static int account(store_t *s, const char *sandbox_id, int64_t keep, int64_t del
         return 0;
     int64_t total =
         query_int(s, "SELECT exec_log_bytes FROM sandboxes WHERE id = ?1", sandbox_id, 0, 0);
+    if (total <= (int64_t)s->exec_log_max)
+        return 0;
     bool any = true;
     while (total > (int64_t)s->exec_log_max && any) {
         if (evict_output(s, sandbox_id, &total, &any, err) < 0)
