@@ -12,6 +12,8 @@
 #include "common/util.h"
 #include "sandbox_internal.h"
 
+#define EXEC_CLOSE_WAIT_MS 2000 /* for the agent's end of a finished exec */
+
 int sbx_check_exec_argv(json_t *argv, json_t *env, err_t *err)
 {
     if (sbx_check_argv(argv, "argv", true, err) < 0)
@@ -115,7 +117,7 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
 {
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int fd _cleanup_close_ = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
+    int fd = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
     if (fd < 0)
         return -1;
     _cleanup_free_ const char **argv = argv_vec(q->argv);
@@ -135,6 +137,8 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
     int wait_ms = ar.timeout_ms > 0 ? (int)(ar.timeout_ms + 10000) : 0;
     int rc = agentc_exec(fd, &ar, on_output, c, wait_ms, &ares, err);
     env_vec_free(env);
+    /* Until the agent's session lets go of it too: a checkpoint may follow at once. */
+    agentc_close_wait(fd, EXEC_CLOSE_WAIT_MS);
     if (rc == 0) {
         c->res->exit_code = ares.exit.exit_code;
         c->res->timed_out = ares.exit.timed_out;

@@ -54,7 +54,7 @@ void sbx_files_close(sbx_files_t *f)
         return;
     if (f->writing)
         agentc_write_abort(&f->writer);
-    close(f->fd);
+    agentc_close_wait(f->fd, 2000); /* the agent's end closed too: a checkpoint may follow */
     pthread_rwlock_unlock(&f->l->lock);
     store_sandbox_touch(f->m->store, f->l->id);
     sbx_live_put(f->m, f->l);
