@@ -47,6 +47,7 @@ struct agent {
     int keeper_note;               /* tells the console's keeper how the main process ended */
     int keeper_read;               /* the keeper's end of that pipe (until the spawn) */
     struct agent_procs *procs;     /* background processes (NULL if procs.sock failed) */
+    int console_hold; /* PID 1's copy of the console's listening socket (the keeper serves it) */
     pid_t *sessions;
     size_t nsessions;
 };
@@ -214,6 +215,8 @@ static void start_session(struct agent *a, int conn)
     if (pid == 0) {
         close(a->listen_fd);
         close(a->sigfd);
+        if (a->console_hold >= 0)
+            close(a->console_hold);
         /* A client dropped by PID 1 must see its connection close: no copy stays here. */
         if (a->console)
             agent_console_close_fds(a->console);
@@ -367,6 +370,14 @@ static void start_main(struct agent *a)
         agent_console_set_pid(a->console, a->main_pid);
     if (a->keeper_note >= 0) { /* the keeper serves the console from here on */
         close(steal_fd(&a->keeper_read));
+        /*
+         * PID 1 keeps (and never polls) a copy of the console's listening socket: CRIU
+         * recreates a socket several processes share in the one with the lowest pid, so
+         * after a fork or wake the socket's peer credentials still name the init, the only
+         * peer the daemon accepts (a keeper alone would be indistinguishable from any other
+         * process of the sandbox listening at that path).
+         */
+        a->console_hold = agent_console_dup_listener(a->console);
         agent_console_close_fds(a->console);
     }
     agent_env_free(env);
@@ -384,7 +395,8 @@ static void open_procs(struct agent *a)
 
 int main(int argc, char **argv)
 {
-    struct agent a = {.main_pid = 0, .main_stdin = -1, .keeper_note = -1, .keeper_read = -1};
+    struct agent a = {
+        .main_pid = 0, .main_stdin = -1, .keeper_note = -1, .keeper_read = -1, .console_hold = -1};
     parse_args(argc, argv, &a.cfg);
     a.sessions = xcalloc(MAX_SESSIONS, sizeof(pid_t));
     a.sigfd = setup_signals();

@@ -136,6 +136,8 @@ void agent_console_dispatch(struct agent_console *c, const struct pollfd *p);
 void agent_console_finish(struct agent_console *c, int st);
 /* In a forked child of PID 1: close the console's fds (PID 1 keeps its own). */
 void agent_console_close_fds(struct agent_console *c);
+/* A new descriptor (close-on-exec) of the console's listening socket, or -1. */
+int agent_console_dup_listener(const struct agent_console *c);
 
 /*
  * procs.c — background processes: started, fed and read through procs.sock, which PID 1

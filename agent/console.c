@@ -447,6 +447,11 @@ void agent_console_finish(struct agent_console *c, int st)
         agent_set_nonblock(c->log_fd, false);
 }
 
+int agent_console_dup_listener(const struct agent_console *c)
+{
+    return c->listen_fd >= 0 ? fcntl(c->listen_fd, F_DUPFD_CLOEXEC, 3) : -1;
+}
+
 void agent_console_close_fds(struct agent_console *c)
 {
     int *fds[2] = {&c->master, &c->listen_fd};

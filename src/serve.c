@@ -29,6 +29,7 @@
 #include "runtime/runtime.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
+#include "store/store_sandboxes.h"
 
 struct serve_opts {
     const char *listen;
@@ -43,11 +44,13 @@ struct serve_opts {
     uint64_t shutdown_timeout;
     const char *registry_mirror;
     const char *insecure_registries;
+    const char *allow_registries;
     const char *default_cpus;
     uint64_t default_memory;
     uint64_t default_pids;
     uint64_t log_max;
     uint64_t exec_output_max;
+    uint64_t exec_log_max;
     uint64_t max_execs;
     uint64_t idle_timeout;
     const char *agent;
@@ -62,6 +65,7 @@ struct serve_opts {
     uint64_t egress_proxy_port;
     uint64_t egress_max_conns;
     uint64_t egress_max_conns_per_sandbox;
+    const char *user_max[7]; /* --user-max-*: in the order of user_max_names */
 };
 
 enum opt_type { OPT_STR, OPT_SIZE, OPT_UINT, OPT_SECS /* 0 allowed: never */ };
@@ -102,6 +106,9 @@ static const struct opt_def {
     {"insecure-registry", "SANDBOXER_INSECURE_REGISTRIES", "", OPT_STR,
      offsetof(struct serve_opts, insecure_registries),
      "HOST:PORT[,HOST:PORT...] pulled without TLS verification"},
+    {"allow-registry", "SANDBOXER_ALLOW_REGISTRIES", "docker.io", OPT_STR,
+     offsetof(struct serve_opts, allow_registries),
+     "HOST[:PORT][,...] non-admins may pull from (the mirror always; none: only it)"},
     {"default-cpus", "SANDBOXER_DEFAULT_CPUS", "1", OPT_STR,
      offsetof(struct serve_opts, default_cpus), "CPUs of a sandbox that does not ask"},
     {"default-memory", "SANDBOXER_DEFAULT_MEMORY", "512M", OPT_SIZE,
@@ -113,6 +120,9 @@ static const struct opt_def {
     {"exec-output-max", "SANDBOXER_EXEC_OUTPUT_MAX", "16M", OPT_SIZE,
      offsetof(struct serve_opts, exec_output_max),
      "output kept per stream of one exec (truncated past it)"},
+    {"exec-log-max-per-sandbox", "SANDBOXER_EXEC_LOG_MAX_PER_SANDBOX", "64M", OPT_SIZE,
+     offsetof(struct serve_opts, exec_log_max),
+     "execution history (commands and output) kept per sandbox; the oldest goes first"},
     {"idle-timeout", "SANDBOXER_IDLE_TIMEOUT", "0", OPT_SECS,
      offsetof(struct serve_opts, idle_timeout),
      "seconds idle before a sandbox hibernates (0: never; a sandbox's idle_timeout wins)"},
@@ -146,6 +156,24 @@ static const struct opt_def {
     {"egress-max-conns-per-sandbox", "SANDBOXER_EGRESS_MAX_CONNS_PER_SANDBOX", "32", OPT_UINT,
      offsetof(struct serve_opts, egress_max_conns_per_sandbox),
      "connections the egress proxy holds at once for one sandbox (429 past it)"},
+    {"user-max-running", "SANDBOXER_USER_MAX_RUNNING", "16", OPT_STR,
+     offsetof(struct serve_opts, user_max[0]),
+     "sandboxes a non-admin user may have running at once (none: no limit)"},
+    {"user-max-sandboxes", "SANDBOXER_USER_MAX_SANDBOXES", "64", OPT_STR,
+     offsetof(struct serve_opts, user_max[1]),
+     "sandboxes (running, hibernated or exited) a non-admin user may have"},
+    {"user-max-cpus", "SANDBOXER_USER_MAX_CPUS", "4", OPT_STR,
+     offsetof(struct serve_opts, user_max[2]), "CPUs of one sandbox of a non-admin user"},
+    {"user-max-memory", "SANDBOXER_USER_MAX_MEMORY", "8G", OPT_STR,
+     offsetof(struct serve_opts, user_max[3]), "memory of one sandbox of a non-admin user"},
+    {"user-max-pids", "SANDBOXER_USER_MAX_PIDS", "4096", OPT_STR,
+     offsetof(struct serve_opts, user_max[4]), "tasks of one sandbox of a non-admin user"},
+    {"user-max-disk", "SANDBOXER_USER_MAX_DISK", "none", OPT_STR,
+     offsetof(struct serve_opts, user_max[5]),
+     "disk of one sandbox of a non-admin user (with disk quotas: also its default)"},
+    {"user-max-creates-per-minute", "SANDBOXER_USER_MAX_CREATES_PER_MINUTE", "60", OPT_STR,
+     offsetof(struct serve_opts, user_max[6]),
+     "creates, forks and snapshot starts a non-admin user may make a minute"},
     {"cgroup-favordynmods", "SANDBOXER_CGROUP_FAVORDYNMODS", "on", OPT_STR,
      offsetof(struct serve_opts, cgroup_favordynmods),
      "on: turn on the host's cgroup2 favordynmods (fast cgroup moves; see README) or off"},
@@ -317,6 +345,8 @@ struct daemon {
     char *agent;
     char *insecure;
     const char **insecure_v;
+    char *allow;
+    const char **allow_v;
 };
 
 static void daemon_close(struct daemon *d, bool free_shared)
@@ -331,8 +361,48 @@ static void daemon_close(struct daemon *d, bool free_shared)
     free(d->agent);
     free(d->insecure);
     free(d->insecure_v);
+    free(d->allow);
+    free(d->allow_v);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
+}
+
+/*
+ * The --user-max-* options into l: "none" (or 0) is no limit; CPUs a number, memory and disk
+ * sizes, the rest integers.
+ */
+static int parse_user_limits(const struct serve_opts *o, user_limits_t *l, err_t *err)
+{
+    static const char *const names[] = {"running", "sandboxes",         "cpus", "memory", "pids",
+                                        "disk",    "creates-per-minute"};
+    int64_t *ints[] = {
+        &l->max_running, &l->max_sandboxes,         NULL, &l->max_memory, &l->max_pids,
+        &l->max_disk,    &l->max_creates_per_minute};
+    store_limits_unset(l);
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        const char *v = o->user_max[i];
+        uint64_t size;
+        long long n;
+        char *end;
+        if (strcmp(v, "none") == 0 || strcmp(v, "0") == 0)
+            continue;
+        bool ok;
+        if (i == 2) {
+            l->max_cpus = strtod(v, &end);
+            ok = *v && !*end && l->max_cpus >= 0.01 && l->max_cpus <= 4096;
+        } else if (i == 3 || i == 5) {
+            ok = parse_size(v, &size) && size < (1ull << 62);
+            *ints[i] = (int64_t)size;
+        } else {
+            ok = parse_int(v, 1, 1000000000, &n);
+            *ints[i] = n;
+        }
+        if (!ok)
+            return err_set(err, ERR_INVALID, 0, "invalid_option",
+                           "--user-max-%s: 'none' or a %s, not '%s'", names[i],
+                           i == 3 || i == 5 ? "size" : "positive number", v);
+    }
+    return 0;
 }
 
 /* The egress proxy asks the sandbox layer what a client address may reach. */
@@ -371,12 +441,19 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
     _cleanup_free_ char *db = xasprintf("%s/sandboxer.db", o->state_dir);
     if (!(d->store = store_open(db, err)) || bootstrap_admin(d->store, err) < 0)
         return -1;
+    store_set_exec_log_max(d->store, o->exec_log_max);
     _cleanup_free_ char *img_root = xasprintf("%s/images", o->state_dir);
     d->insecure = xstrdup(o->insecure_registries);
     size_t n_insecure;
     d->insecure_v = split_list(d->insecure, &n_insecure);
-    struct image_opts io = {img_root, none_to_null(o->registry_mirror), d->insecure_v, n_insecure,
-                            d->self};
+    d->allow = xstrdup(o->allow_registries);
+    size_t n_allow;
+    d->allow_v = split_list(d->allow, &n_allow); /* "none": nothing but the mirror */
+    if (n_allow == 1 && strcmp(d->allow_v[0], "none") == 0)
+        n_allow = 0;
+    struct image_opts io = {
+        img_root, none_to_null(o->registry_mirror), d->insecure_v, n_insecure, d->self, d->allow_v,
+        n_allow};
     if (!(d->images = image_store_open(&io, d->store, err)))
         return -1;
     double cpus = atof(o->default_cpus);
@@ -388,6 +465,9 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--cgroup-favordynmods: on or off");
     if (strcmp(o->cgroup_favordynmods, "on") == 0)
         favor_dynmods();
+    user_limits_t user_limits;
+    if (parse_user_limits(o, &user_limits, err) < 0)
+        return -1;
     _cleanup_free_ char *netns_dir = xasprintf("%s/netns", o->state_dir);
     if (o->egress_proxy_port > 65535)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--egress-proxy-port: 0 to 65535");
@@ -411,6 +491,7 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .max_execs = (unsigned)o->max_execs,
         .idle_timeout_s = (unsigned)o->idle_timeout,
         .egress_proxy_port = (int)o->egress_proxy_port,
+        .user_limits = user_limits,
     };
     if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0)
         return -1;

@@ -41,21 +41,13 @@ static void set_send_timeout(int fd, int timeout_ms)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-/* Same PID namespace: the inodes of /proc/PID/ns/pid match. */
-static bool same_pidns(pid_t a, pid_t b)
-{
-    char pa[64], pb[64];
-    struct stat sa, sb;
-    snprintf(pa, sizeof(pa), "/proc/%d/ns/pid", (int)a);
-    snprintf(pb, sizeof(pb), "/proc/%d/ns/pid", (int)b);
-    return stat(pa, &sa) == 0 && stat(pb, &sb) == 0 && sa.st_ino == sb.st_ino &&
-           sa.st_dev == sb.st_dev;
-}
-
 /*
- * The listening peer must be the sandbox's init, or another process of the sandbox's own
- * PID namespace (a restored console's keeper holds its socket), not whatever else bound a
- * socket there. An init in our own namespace (tests) must be the peer itself.
+ * The listening peer must be the sandbox's init: SO_PEERCRED names the process that called
+ * listen(), the agent for agent.sock and for console.sock alike (it keeps a copy of the
+ * console's listening socket, so a restore recreates that socket in the init too). Any
+ * other process of the sandbox that bound a socket at the path is an impostor: root in a
+ * sandbox can unlink the agent's socket and listen there, and must never receive an exec,
+ * its environment or a terminal's input, nor answer for the agent.
  */
 static int check_peer(int fd, pid_t expected_pid, err_t *err)
 {
@@ -65,12 +57,11 @@ static int check_peer(int fd, pid_t expected_pid, err_t *err)
         return 0;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return unavailable(err, errno, "SO_PEERCRED");
-    /* The namespace checks only when the peer is not the init itself (not on every exec). */
-    if (cred.pid != expected_pid && (same_pidns(expected_pid, getpid()) || cred.pid <= 0 ||
-                                     !same_pidns(cred.pid, expected_pid)))
-        return err_set(err, ERR_RUNTIME, 0, "agent_unavailable",
-                       "agent socket: the peer is pid %d, not the sandbox's init %d", (int)cred.pid,
-                       (int)expected_pid);
+    if (cred.pid != expected_pid)
+        return err_set(err, ERR_BAD_GATEWAY, 0, "agent_impostor",
+                       "the sandbox's agent socket is served by a process other than the "
+                       "sandbox's init (something in the sandbox replaced it); the daemon "
+                       "refuses to use it");
     return 0;
 }
 

@@ -176,6 +176,8 @@ int h_token_create(api_req_t *r, err_t *err);
 int h_token_list(api_req_t *r, err_t *err);
 int h_token_delete(api_req_t *r, err_t *err);
 int h_me(api_req_t *r, err_t *err);
+int h_user_limits_get(api_req_t *r, err_t *err);
+int h_user_limits_set(api_req_t *r, err_t *err);
 int h_sandbox_create(api_req_t *r, err_t *err);
 int h_sandbox_list(api_req_t *r, err_t *err);
 int h_sandbox_get(api_req_t *r, err_t *err);

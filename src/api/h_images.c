@@ -62,7 +62,7 @@ int h_image_pull(api_req_t *r, err_t *err)
     if (api_body_object(r, false, &body, err) < 0 ||
         json_decode_fields(body, pull_fields, ARRAY_SIZE(pull_fields), &b, err) < 0 ||
         image_ref_normalize(b.image, ref, sizeof(ref), err) < 0 ||
-        image_pull(r->api->images, ref, &img, err) < 0)
+        image_pull_for(r->api->images, ref, r->user.is_admin, &img, err) < 0)
         return -1;
     api_reply_json(r, 200, image_json(img));
     image_free(img);

@@ -1,4 +1,5 @@
 /* Sandbox routes: create, list, get, patch, delete, logs, execution history. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
@@ -100,15 +101,44 @@ static int query_int(api_req_t *r, const char *name, long long def, long long mi
     return 0;
 }
 
+/* A page of history being streamed. */
+struct history_job {
+    sbx_mgr_t *sbx;
+    char id[65];
+    struct sbx_history_req q;
+};
+
+static bool history_write(void *ctx, const void *data, size_t len)
+{
+    return api_stream_write(ctx, data, len);
+}
+
+static void history_stream_main(struct api_stream *s, void *ctx)
+{
+    struct history_job *job = ctx;
+    sbx_exec_history_write(job->sbx, job->id, &job->q, history_write, s);
+    free(job);
+}
+
+/* ?limit= and ?cursor= (an execution id), then the page, streamed in bounded memory. */
 static int history(api_req_t *r, bool newest_first, long long def_limit, err_t *err)
 {
     _cleanup_free_ char *id = api_param(r, "id");
-    long long limit;
-    json_t *arr = NULL;
+    long long limit, cursor;
+    struct history_job *job = xcalloc(1, sizeof(*job));
     if (query_int(r, "limit", def_limit, 1, 10000, &limit, err) < 0 ||
-        sbx_exec_history(r->api->sbx, &r->user, id, (int)limit, newest_first, &arr, err) < 0)
+        query_int(r, "cursor", -1, 0, INT64_MAX, &cursor, err) < 0 ||
+        sbx_exec_history_open(r->api->sbx, &r->user, id, job->id, err) < 0) {
+        free(job);
         return -1;
-    api_reply_json(r, 200, json_pack("{s:o}", "executions", arr));
+    }
+    job->sbx = r->api->sbx;
+    job->q =
+        (struct sbx_history_req){(int)limit, newest_first, api_query(r, "cursor") != NULL, cursor};
+    if (api_reply_stream(r, "application/json; charset=utf-8", history_stream_main, job, err) < 0) {
+        free(job);
+        return -1;
+    }
     return 0;
 }
 

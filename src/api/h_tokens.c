@@ -1,10 +1,15 @@
-/* Tokens and users: POST/GET /auth/tokens, DELETE /auth/tokens/{id}, GET /auth/me. */
+/*
+ * Tokens and users: POST/GET /auth/tokens, DELETE /auth/tokens/{id}, GET /auth/me, and the
+ * users' limits (GET/POST /auth/users/{name}/limits, admins only).
+ */
 #include <string.h>
 
 #include "api_internal.h"
 #include "common/cleanup.h"
 #include "common/id.h"
 #include "common/jsonx.h"
+#include "common/util.h"
+#include "sandbox/sandbox.h"
 
 /* User names: 1-64 of [a-z0-9._-], starting with a letter or digit. */
 static bool user_name_valid(const char *s)
@@ -33,13 +38,36 @@ struct token_create_req {
     const char *name;
     const char *user;
     int admin;
+    json_t *limits;
 };
 
 static const struct jfield token_create_fields[] = {
     {"name", JF_STRING, false, offsetof(struct token_create_req, name), 128, 0, 0},
     {"user", JF_STRING, false, offsetof(struct token_create_req, user), 64, 0, 0},
     {"admin", JF_BOOL, false, offsetof(struct token_create_req, admin), 0, 0, 0},
+    {"limits", JF_OBJECT, false, offsetof(struct token_create_req, limits), 0, 0, 0},
 };
+
+/* Apply the limits object to user u's own (what it leaves out stays as it was). */
+static int update_limits(api_req_t *r, const user_t *u, json_t *limits, err_t *err)
+{
+    user_limits_t l;
+    if (store_user_limits_get(r->api->store, u->id, &l, err) < 0 ||
+        sbx_limits_parse(limits, &l, err) < 0)
+        return -1;
+    return store_user_limits_set(r->api->store, u->id, &l, err);
+}
+
+/* {user, admin, limits (what holds now), set (the user's own; null: the default)}. */
+static json_t *limits_json(api_req_t *r, const user_t *u, err_t *err)
+{
+    user_limits_t own, eff;
+    if (store_user_limits_get(r->api->store, u->id, &own, err) < 0)
+        return NULL;
+    sbx_user_limits(r->api->sbx, u, &eff);
+    return json_pack("{s:s, s:b, s:o, s:o}", "user", u->name, "admin", u->is_admin, "limits",
+                     sbx_limits_json(&eff), "set", sbx_limits_json(&own));
+}
 
 /* Decide whose token this is: the caller's own, or (admins only) any user's, made if new. */
 static int resolve_owner(api_req_t *r, const struct token_create_req *q, user_t *owner, err_t *err)
@@ -77,8 +105,15 @@ int h_token_create(api_req_t *r, err_t *err)
     if (api_body_object(r, true, &body, err) < 0 ||
         json_decode_fields(body, token_create_fields, ARRAY_SIZE(token_create_fields), &q, err) < 0)
         return -1;
+    user_limits_t scratch;
+    store_limits_unset(&scratch);
+    if (q.limits && !r->user.is_admin)
+        return err_set(err, ERR_FORBIDDEN, 0, "admin_only", "only admins can set limits");
+    if (q.limits && sbx_limits_parse(q.limits, &scratch, err) < 0) /* before anything is made */
+        return -1;
     user_t owner;
-    if (resolve_owner(r, &q, &owner, err) < 0)
+    if (resolve_owner(r, &q, &owner, err) < 0 ||
+        (q.limits && update_limits(r, &owner, q.limits, err) < 0))
         return -1;
     char secret[TOKEN_LEN + 1], hash[TOKEN_HASH_LEN + 1], id[24];
     memcpy(id, "tok_", 4);
@@ -136,11 +171,49 @@ int h_token_delete(api_req_t *r, err_t *err)
 
 int h_me(api_req_t *r, err_t *err)
 {
-    (void)err;
+    user_limits_t eff;
+    user_usage_t use;
+    sbx_user_limits(r->api->sbx, &r->user, &eff);
+    if (store_user_usage(r->api->store, r->user.id, now_unix() - 60, &use, err) < 0)
+        return -1;
     api_reply_json(r, 200,
-                   json_pack("{s:I, s:s, s:b, s:f, s:{s:s, s:s}}", "id", (json_int_t)r->user.id,
-                             "name", r->user.name, "admin", r->user.is_admin, "created_at",
-                             r->user.created_at, "token", "id", r->token.id, "name",
-                             r->token.name));
+                   json_pack("{s:I, s:s, s:b, s:f, s:{s:s, s:s}, s:o, s:{s:I, s:I, s:I}}", "id",
+                             (json_int_t)r->user.id, "name", r->user.name, "admin",
+                             r->user.is_admin, "created_at", r->user.created_at, "token", "id",
+                             r->token.id, "name", r->token.name, "limits", sbx_limits_json(&eff),
+                             "usage", "running", (json_int_t)use.running, "sandboxes",
+                             (json_int_t)use.sandboxes, "created_last_minute",
+                             (json_int_t)use.created_recently));
+    return 0;
+}
+
+/* The user the route names (ERR_NOT_FOUND "user_not_found" if none). */
+static int named_user(api_req_t *r, user_t *u, err_t *err)
+{
+    _cleanup_free_ char *name = api_param(r, "name");
+    if (!name || !user_name_valid(name))
+        return err_set(err, ERR_NOT_FOUND, 0, "user_not_found", "no such user");
+    return store_user_get_by_name(r->api->store, name, u, err);
+}
+
+int h_user_limits_get(api_req_t *r, err_t *err)
+{
+    user_t u;
+    json_t *out;
+    if (named_user(r, &u, err) < 0 || !(out = limits_json(r, &u, err)))
+        return -1;
+    api_reply_json(r, 200, out);
+    return 0;
+}
+
+int h_user_limits_set(api_req_t *r, err_t *err)
+{
+    json_t *body _cleanup_json_ = NULL;
+    user_t u;
+    json_t *out;
+    if (named_user(r, &u, err) < 0 || api_body_object(r, false, &body, err) < 0 ||
+        update_limits(r, &u, body, err) < 0 || !(out = limits_json(r, &u, err)))
+        return -1;
+    api_reply_json(r, 200, out);
     return 0;
 }

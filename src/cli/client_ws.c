@@ -208,6 +208,14 @@ client_ws_t *client_ws_open(client_t *c, const char *path, ws_msg_fn on_msg, voi
         client_ws_close(w);
         return NULL;
     }
+    /* Frames that came with the 101 are already off the socket, where no poll will see
+     * them: hand them over now (an attach's replay often arrives that early). */
+    if (w->early_off < w->early.len && ws_handle(w->ws, POLLIN) < 0) {
+        err_set(err, ERR_UNAVAILABLE, 0, "connection_lost",
+                "the connection to the daemon was lost");
+        client_ws_close(w);
+        return NULL;
+    }
     return w;
 }
 

@@ -26,7 +26,10 @@ struct image_opts {
     const char *registry_mirror; /* "https://host[:port]" (or http:// on loopback) or NULL */
     const char *const *insecure_registries; /* "host[:port]" pulled without TLS checks */
     size_t n_insecure;
-    const char *self_exe; /* runs internal-unpack-layer; NULL = /proc/self/exe */
+    const char *self_exe;                /* runs internal-unpack-layer; NULL = /proc/self/exe */
+    const char *const *allow_registries; /* "host[:port]" non-admins may pull from (the mirror
+                                            is allowed in any case); NULL: docker.io */
+    size_t n_allow;
 };
 
 /* An image present locally. */
@@ -58,9 +61,18 @@ int image_ref_normalize(const char *in, char *out, size_t size, err_t *err);
 
 /* The image ref if present locally (all its layers unpacked), else ERR_NOT_FOUND. */
 int image_get(image_store_t *s, const char *ref, image_t **out, err_t *err);
-/* Like image_get, pulling ref first if it is missing. */
+/*
+ * Like image_get, pulling ref first if it is missing. Who pulls decides from where: a
+ * non-admin only from the allowed registries (ERR_FORBIDDEN "registry_not_allowed"), and
+ * anyone from loopback, private or local addresses only through the mirror or an insecure
+ * registry (ERR_FORBIDDEN "registry_address_refused"); other registries are reached through
+ * the filtering proxy of pullnet.c, redirects included.
+ */
+int image_ensure_for(image_store_t *s, const char *ref, bool admin, image_t **out, err_t *err);
+/* Pull ref from its registry (or the mirror) even if present, as image_ensure_for says. */
+int image_pull_for(image_store_t *s, const char *ref, bool admin, image_t **out, err_t *err);
+/* image_ensure_for / image_pull_for for an admin. */
 int image_ensure(image_store_t *s, const char *ref, image_t **out, err_t *err);
-/* Pull ref from its registry (or the mirror) even if present; out may be NULL. */
 int image_pull(image_store_t *s, const char *ref, image_t **out, err_t *err);
 /*
  * Import an OCI layout directory, an OCI archive or a docker-archive tar at path (absolute)

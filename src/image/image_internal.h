@@ -192,6 +192,10 @@ struct image_store {
     bool mirror_plain; /* the mirror is plain HTTP (loopback only) */
     char **insecure;
     size_t n_insecure;
+    char **allow; /* registries non-admins may pull from (docker.io and the mirror always) */
+    size_t n_allow;
+    struct image_pullnet *pullnet; /* made at the first pull from another registry */
+    bool pullnet_failed;
     char *self_exe;
     store_t *db;
     pthread_mutex_t mu; /* guards flights */
@@ -220,6 +224,33 @@ int image_layer_ensure(image_store_t *s, const char *blob_digest, const char *di
  * dir), verify it, unpack its layers and record it under ref.
  */
 int image_ingest_layout(image_store_t *s, const char *dir, const char *ref, err_t *err);
-/* Copy src (a skopeo transport:reference) into the store under ref; code names failures. */
-int image_fetch(image_store_t *s, const char *src, bool tls_off, const char *ref, const char *code,
-                err_t *err);
+/* How one skopeo copy runs. */
+struct image_fetch_opts {
+    const char *code;          /* the error code of a failure */
+    bool tls_off;              /* --src-tls-verify=false */
+    bool from_registry;        /* a pull: failures say ours, not the registry's words */
+    struct image_pullnet *via; /* run in the pulls' namespace, through its proxy (or NULL) */
+};
+/* Copy src (a skopeo transport:reference) into the store under ref. */
+int image_fetch(image_store_t *s, const struct image_fetch_opts *fo, const char *src,
+                const char *ref, err_t *err);
+
+/* ---- pulls from registries other than the mirror (pullnet.c) ---- */
+
+#define IMAGE_NSENTER "/usr/bin/nsenter" /* runs skopeo in the pulls' namespace */
+
+struct addrinfo;
+struct sockaddr;
+/* True if a pull may connect to sa: not loopback, private, link-local, multicast, reserved
+ * or one of this host's own addresses. */
+bool image_addr_public(const struct sockaddr *sa);
+/* Resolve host:port; ERR_FORBIDDEN "registry_address_refused" unless every address it has is
+ * public (image_addr_public), ERR_UNPROCESSABLE if it does not resolve. */
+int image_resolve_public(const char *host, const char *port, struct addrinfo **out, err_t *err);
+/* A network namespace with loopback only, and a filtering CONNECT proxy listening in it. */
+struct image_pullnet *image_pullnet_open(err_t *err);
+void image_pullnet_close(struct image_pullnet *pn);
+/* The namespace as a path nsenter takes (this process's fd), and the proxy's URL (with its
+ * secret). malloc'd. */
+char *image_pullnet_ns_path(const struct image_pullnet *pn);
+char *image_pullnet_proxy_url(const struct image_pullnet *pn);

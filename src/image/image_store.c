@@ -4,10 +4,12 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -141,6 +143,21 @@ static int parse_insecure(image_store_t *s, const struct image_opts *o, err_t *e
     return 0;
 }
 
+static int parse_allow(image_store_t *s, const struct image_opts *o, err_t *err)
+{
+    s->allow = xcalloc(o->n_allow + 2, sizeof(*s->allow));
+    for (size_t i = 0; i < o->n_allow; i++) {
+        const char *h = o->allow_registries[i];
+        if (!h || !image_domain_valid(h, strlen(h)))
+            return err_set(err, ERR_INVALID, 0, "invalid_option",
+                           "allowed registry '%.200s' must be host[:port]", h ? h : "");
+        s->allow[s->n_allow++] = xstrdup(strcmp(h, "index.docker.io") == 0 ? "docker.io" : h);
+    }
+    if (!o->allow_registries)
+        s->allow[s->n_allow++] = xstrdup("docker.io");
+    return 0;
+}
+
 static int write_file(const char *path, const char *text, err_t *err)
 {
     _cleanup_free_ char *tmp = xasprintf("%s.new", path);
@@ -207,13 +224,14 @@ image_store_t *image_store_open(const struct image_opts *o, store_t *store, err_
     s->policy = xasprintf("%s/policy.json", o->root);
     s->self_exe = xstrdup(o->self_exe ? o->self_exe : "/proc/self/exe");
     if (parse_mirror(s, o->registry_mirror, err) < 0 || parse_insecure(s, o, err) < 0 ||
-        make_dirs(s, err) < 0 || write_file(s->policy, policy_json, err) < 0) {
+        parse_allow(s, o, err) < 0 || make_dirs(s, err) < 0 ||
+        write_file(s->policy, policy_json, err) < 0) {
         image_store_close(s);
         return NULL;
     }
     clean_leftovers(s);
-    log_info("image.store_open", "root=%s mirror=%s insecure=%zu", s->root,
-             s->mirror_host ? s->mirror_host : "none", s->n_insecure);
+    log_info("image.store_open", "root=%s mirror=%s insecure=%zu allowed=%zu", s->root,
+             s->mirror_host ? s->mirror_host : "none", s->n_insecure, s->n_allow);
     return s;
 }
 
@@ -221,9 +239,13 @@ void image_store_close(image_store_t *s)
 {
     if (!s)
         return;
+    image_pullnet_close(s->pullnet);
     for (size_t i = 0; i < s->n_insecure; i++)
         free(s->insecure[i]);
     free(s->insecure);
+    for (size_t i = 0; i < s->n_allow; i++)
+        free(s->allow[i]);
+    free(s->allow);
     free(s->root);
     free(s->blobs);
     free(s->layers);
@@ -320,35 +342,104 @@ int image_get(image_store_t *s, const char *ref, image_t **out, err_t *err)
     return get_normalized(s, norm, out, err);
 }
 
-static bool insecure_host(image_store_t *s, const char *host)
+static bool in_list(char *const *list, size_t n, const char *host)
 {
-    for (size_t i = 0; i < s->n_insecure; i++)
-        if (strcasecmp(s->insecure[i], host) == 0)
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(list[i], host) == 0)
             return true;
     return false;
 }
 
-/* Copy ref from its registry (docker.io through the mirror, if one is set). */
-static int pull_from_registry(image_store_t *s, const struct image_ref *r, const char *norm,
-                              err_t *err)
+/* The pulls' namespace and proxy, made once, at the first pull that needs them. */
+static struct image_pullnet *pullnet(image_store_t *s, err_t *err)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->pullnet && !s->pullnet_failed) {
+        err_t e = {0};
+        s->pullnet = image_pullnet_open(&e);
+        s->pullnet_failed = !s->pullnet;
+        if (!s->pullnet)
+            log_error("image.pull_proxy_failed", "msg=\"%s\"", e.msg);
+    }
+    struct image_pullnet *pn = s->pullnet;
+    pthread_mutex_unlock(&s->mu);
+    if (!pn)
+        err_set(err, ERR_UNAVAILABLE, 0, "pulls_unavailable",
+                "pulls from registries other than the mirror need the daemon's pull proxy, "
+                "which could not start (see its log)");
+    return pn;
+}
+
+/* host[:port] → host (no brackets) and port ("443" when none). */
+static void split_host(const char *domain, char *host, size_t hsize, char *port, size_t psize)
+{
+    const char *colon = domain[0] == '[' ? strstr(domain, "]:") : strrchr(domain, ':');
+    const char *h = domain[0] == '[' ? domain + 1 : domain;
+    size_t hlen = colon ? (size_t)(colon - h) : strlen(h);
+    if (domain[0] == '[' && !colon)
+        hlen = strcspn(h, "]");
+    snprintf(host, hsize, "%.*s", (int)hlen, h);
+    snprintf(port, psize, "%s", colon ? colon + (domain[0] == '[' ? 2 : 1) : "443");
+}
+
+/*
+ * How ref may be pulled, by whom: *trusted for the mirror and the insecure registries (pulled
+ * directly, wherever they are); otherwise the registry must be allowed to a non-admin, and
+ * public (checked here for a clear answer, and again by the proxy at every connection).
+ */
+static int pull_policy(image_store_t *s, const struct image_ref *r, bool admin, bool *trusted,
+                       err_t *err)
 {
     bool mirrored = s->mirror_host && strcmp(r->domain, "docker.io") == 0;
     const char *host = mirrored ? s->mirror_host : r->domain;
-    bool tls_off = (mirrored && s->mirror_plain) || insecure_host(s, host);
+    bool is_mirror = s->mirror_host && strcasecmp(host, s->mirror_host) == 0;
+    *trusted = is_mirror || in_list(s->insecure, s->n_insecure, host);
+    if (!admin && !is_mirror && !in_list(s->allow, s->n_allow, r->domain))
+        return err_set(err, ERR_FORBIDDEN, 0, "registry_not_allowed",
+                       "pulling from %.200s is for admins; others may pull from %s%s%s", r->domain,
+                       s->n_allow ? s->allow[0] : "the mirror only",
+                       s->n_allow > 1 ? " and the other allowed registries" : "",
+                       s->n_allow && s->mirror_host ? " (and the mirror)" : "");
+    if (*trusted)
+        return 0;
+    char h[256], port[8];
+    split_host(host, h, sizeof(h), port, sizeof(port));
+    struct addrinfo *res = NULL;
+    if (image_resolve_public(h, port, &res, err) < 0)
+        return -1;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Copy ref from its registry (docker.io through the mirror, if one is set). */
+static int pull_from_registry(image_store_t *s, const struct image_ref *r, const char *norm,
+                              bool trusted, err_t *err)
+{
+    bool mirrored = s->mirror_host && strcmp(r->domain, "docker.io") == 0;
+    const char *host = mirrored ? s->mirror_host : r->domain;
+    struct image_fetch_opts fo = {
+        .code = "image_pull_failed",
+        .tls_off = (mirrored && s->mirror_plain) || in_list(s->insecure, s->n_insecure, host),
+        .from_registry = true,
+    };
+    if (!trusted && !(fo.via = pullnet(s, err)))
+        return -1;
     /* skopeo takes a tag or a digest, not both: the digest pins the content. */
     _cleanup_free_ char *src =
         xasprintf("docker://%s/%s%s%s", host, r->path, r->digest[0] ? "@" : ":",
                   r->digest[0] ? r->digest : r->tag);
-    log_info("image.pull", "ref=%s source=%s tls_verify=%s", norm, src, tls_off ? "no" : "yes");
-    return image_fetch(s, src, tls_off, norm, "image_pull_failed", err);
+    log_info("image.pull", "ref=%s source=%s tls_verify=%s via=%s", norm, src,
+             fo.tls_off ? "no" : "yes", trusted ? "direct" : "proxy");
+    return image_fetch(s, &fo, src, norm, err);
 }
 
 /* Pull norm unless (when only_if_missing) it is present; one pull per reference at once. */
-static int pull_once(image_store_t *s, const char *in, bool only_if_missing, image_t **out,
-                     err_t *err)
+static int pull_once(image_store_t *s, const char *in, bool only_if_missing, bool admin,
+                     image_t **out, err_t *err)
 {
     struct image_ref r;
     char norm[512];
+    bool trusted;
     if (image_ref_parse(in, &r, err) < 0 || image_ref_format(&r, norm, sizeof(norm), err) < 0)
         return -1;
     if (only_if_missing) {
@@ -361,6 +452,8 @@ static int pull_once(image_store_t *s, const char *in, bool only_if_missing, ima
             return -1;
         }
     }
+    if (pull_policy(s, &r, admin, &trusted, err) < 0)
+        return -1;
     _cleanup_free_ char *key = xasprintf("pull:%s", norm);
     bool leader;
     int rc = image_flight_run(s, key, &leader, err);
@@ -370,7 +463,7 @@ static int pull_once(image_store_t *s, const char *in, bool only_if_missing, ima
         if (only_if_missing && get_normalized(s, norm, &have, NULL) == 0)
             rc = 0;
         else
-            rc = pull_from_registry(s, &r, norm, err);
+            rc = pull_from_registry(s, &r, norm, trusted, err);
         image_free(have);
         image_flight_finish(s, key, rc, err);
     }
@@ -379,14 +472,24 @@ static int pull_once(image_store_t *s, const char *in, bool only_if_missing, ima
     return get_normalized(s, norm, out, err);
 }
 
+int image_ensure_for(image_store_t *s, const char *ref, bool admin, image_t **out, err_t *err)
+{
+    return pull_once(s, ref, true, admin, out, err);
+}
+
+int image_pull_for(image_store_t *s, const char *ref, bool admin, image_t **out, err_t *err)
+{
+    return pull_once(s, ref, false, admin, out, err);
+}
+
 int image_ensure(image_store_t *s, const char *ref, image_t **out, err_t *err)
 {
-    return pull_once(s, ref, true, out, err);
+    return pull_once(s, ref, true, true, out, err);
 }
 
 int image_pull(image_store_t *s, const char *ref, image_t **out, err_t *err)
 {
-    return pull_once(s, ref, false, out, err);
+    return pull_once(s, ref, false, true, out, err);
 }
 
 /* ---- list / remove ---- */

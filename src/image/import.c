@@ -229,7 +229,8 @@ int image_import(image_store_t *s, const char *path, const char *ref, image_t **
     _cleanup_free_ char *from = xasprintf("%s:%s%s", transports[src.kind], path, sel);
     char q[700];
     log_info("image.import", "ref=%s source=%s", target, log_quote(q, sizeof(q), from));
-    if (image_fetch(s, from, false, target, "image_import_failed", err) < 0)
+    struct image_fetch_opts fo = {.code = "image_import_failed"};
+    if (image_fetch(s, &fo, from, target, err) < 0)
         return -1;
     return out ? image_get(s, target, out, err) : 0;
 }

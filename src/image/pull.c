@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,8 +36,11 @@ static const char *skopeo_path(void)
     return candidates[0];
 }
 
-/* A clean environment: fixed PATH and HOME, plus the daemon's proxy settings if any. */
-static char **skopeo_env(image_store_t *s)
+/*
+ * A clean environment: fixed PATH and HOME, plus the daemon's proxy settings if any; a pull
+ * through the pulls' namespace (proxy_url set) goes through its proxy and no other.
+ */
+static char **skopeo_env(image_store_t *s, const char *proxy_url)
 {
     static const char *const pass[] = {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
                                        "http_proxy", "https_proxy", "no_proxy"};
@@ -46,11 +50,39 @@ static char **skopeo_env(image_store_t *s)
     env[n++] = xasprintf("HOME=%s", s->home);
     env[n++] = xstrdup("LC_ALL=C.UTF-8");
     for (size_t i = 0; i < ARRAY_SIZE(pass); i++) {
-        const char *v = getenv(pass[i]);
+        const char *v = proxy_url ? (i < 2 ? proxy_url : NULL) : getenv(pass[i]);
         if (v && *v)
             env[n++] = xasprintf("%s=%s", pass[i], v);
     }
     return env;
+}
+
+/*
+ * What a client is told of a failed pull: a sentence of ours per kind of failure, never the
+ * registry's (or whatever answered) own words, which the log keeps. "Nothing there" and
+ * "refused" read the same, so an answer tells nothing of what listens where.
+ */
+static const char *pull_reason(const char *text, bool timed_out)
+{
+    static const struct {
+        const char *needle, *reason;
+    } kinds[] = {
+        {"manifest unknown", "the registry has no such image (or tag)"},
+        {"name unknown", "the registry has no such repository"},
+        {"no such host", "the registry's name does not resolve"},
+        {"unauthorized", "the registry refused access (a private image, or no such one)"},
+        {"denied", "the registry refused access (a private image, or no such one)"},
+        {"authentication required",
+         "the registry refused access (a private image, or no such one)"},
+        {"no image found", "the registry has no image for this platform"},
+        {"choosing an image from manifest list", "the registry has no image for this platform"},
+    };
+    if (timed_out)
+        return "the pull timed out";
+    for (size_t i = 0; i < ARRAY_SIZE(kinds); i++)
+        if (text && strcasestr(text, kinds[i].needle))
+            return kinds[i].reason;
+    return "the registry could not be reached or did not serve the image";
 }
 
 static void free_strv(char **v)
@@ -60,12 +92,20 @@ static void free_strv(char **v)
     free(v);
 }
 
-static int run_skopeo(image_store_t *s, const char *src, bool tls_off, const char *layout,
-                      const char *code, err_t *err)
+static int run_skopeo(image_store_t *s, const struct image_fetch_opts *fo, const char *src,
+                      const char *layout, err_t *err)
 {
     _cleanup_free_ char *dest = xasprintf("oci:%s:" LAYOUT_TAG, layout);
-    const char *argv[24];
+    _cleanup_free_ char *ns = fo->via ? image_pullnet_ns_path(fo->via) : NULL;
+    _cleanup_free_ char *netarg = ns ? xasprintf("--net=%s", ns) : NULL;
+    _cleanup_free_ char *proxy = fo->via ? image_pullnet_proxy_url(fo->via) : NULL;
+    const char *argv[28];
     size_t n = 0;
+    if (netarg) { /* skopeo in the pulls' namespace: its proxy is the only way out */
+        argv[n++] = IMAGE_NSENTER;
+        argv[n++] = netarg;
+        argv[n++] = "--";
+    }
     argv[n++] = skopeo_path();
     argv[n++] = "--policy";
     argv[n++] = s->policy;
@@ -79,14 +119,14 @@ static int run_skopeo(image_store_t *s, const char *src, bool tls_off, const cha
     argv[n++] = "--quiet";
     argv[n++] = "--retry-times";
     argv[n++] = "2";
-    if (tls_off)
+    if (fo->tls_off)
         argv[n++] = "--src-tls-verify=false";
     argv[n++] = "--dest-shared-blob-dir";
     argv[n++] = s->blobs;
     argv[n++] = src;
     argv[n++] = dest;
     argv[n] = NULL;
-    char **env = skopeo_env(s);
+    char **env = skopeo_env(s, proxy);
     struct image_proc_result res;
     double t0 = now_mono_ms();
     int rc = image_proc_run(argv, (const char *const *)env, IMAGE_PULL_TIMEOUT_S, &res, err);
@@ -99,20 +139,24 @@ static int run_skopeo(image_store_t *s, const char *src, bool tls_off, const cha
     if (res.timed_out)
         snprintf(reason, sizeof(reason), "timed out after %d s", IMAGE_PULL_TIMEOUT_S);
     int status = res.status;
+    bool timed_out = res.timed_out;
     image_proc_result_free(&res);
     if (status != 0 || rc < 0) {
         char qs[700];
         log_warn("image.fetch_failed", "source=%s exit=%d reason=%s",
                  log_quote(qs, sizeof(qs), src), status, log_quote(q, sizeof(q), reason));
-        return err_set(err, ERR_UNPROCESSABLE, 0, code, "%s", reason);
+        if (fo->from_registry)
+            return err_set(err, ERR_UNPROCESSABLE, 0, fo->code, "%s; the daemon's log has more",
+                           pull_reason(reason, timed_out));
+        return err_set(err, ERR_UNPROCESSABLE, 0, fo->code, "%s", reason);
     }
     log_info("image.fetched", "source=%s ms=%.0f", log_quote(q, sizeof(q), src),
              now_mono_ms() - t0);
     return 0;
 }
 
-int image_fetch(image_store_t *s, const char *src, bool tls_off, const char *ref, const char *code,
-                err_t *err)
+int image_fetch(image_store_t *s, const struct image_fetch_opts *fo, const char *src,
+                const char *ref, err_t *err)
 {
     unsigned char rnd[8];
     char hex[17];
@@ -121,7 +165,7 @@ int image_fetch(image_store_t *s, const char *src, bool tls_off, const char *ref
     hex_encode(rnd, sizeof(rnd), hex);
     _cleanup_free_ char *layout = xasprintf("%s/%s", s->tmp, hex);
     pthread_rwlock_rdlock(&s->gc_lock);
-    int rc = run_skopeo(s, src, tls_off, layout, code, err);
+    int rc = run_skopeo(s, fo, src, layout, err);
     if (rc == 0)
         rc = image_ingest_layout(s, layout, ref, err);
     pthread_rwlock_unlock(&s->gc_lock);

@@ -139,6 +139,8 @@ static bool wait_exit_file(int run_fd)
 int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
              const char *hostname, err_t *err)
 {
+    if (sbx_sockdir_mount(p, err) < 0) /* before the dir is opened: its fd is the tmpfs */
+        return -1;
     int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int run_fd _cleanup_close_ = open(p->run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dirfd < 0 || run_fd < 0)
@@ -208,6 +210,8 @@ int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
     sbx_paths_init(m, id, &p);
     if (rc == 0)
         rc = storage_umount(p.rootfs, err);
+    if (rc == 0)
+        rc = sbx_sockdir_umount(&p, err);
     if (rc == 0 && remove_dirs)
         rc = net_sandbox_teardown(m->cfg.net, id, err);
     if (rc == 0 && remove_dirs) /* left by a fork into it that the daemon died in */

@@ -169,8 +169,9 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
                        "pquota); this daemon's has neither");
     char ref[512];
     image_t *img = NULL;
-    if (image_ref_normalize(q->image, ref, sizeof(ref), err) < 0 ||
-        image_ensure(m->images, ref, &img, err) < 0)
+    if (sbx_quota_check_request(m, owner, q, err) < 0 ||
+        image_ref_normalize(q->image, ref, sizeof(ref), err) < 0 ||
+        image_ensure_for(m->images, ref, owner->is_admin, &img, err) < 0)
         return -1;
     sandbox_rec_t r;
     fill_record(&r, owner, q, img->ref);
@@ -184,7 +185,7 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
     /* Held until the status is recorded, so an early exit is seen after it. */
     struct sbx_live *l = sbx_live_get(m, r.id, true);
     pthread_rwlock_wrlock(&l->lock);
-    int rc = store_sandbox_insert(m->store, &r, err);
+    int rc = sbx_quota_insert(m, owner, &r, true, err);
     if (rc == 0 && (rc = start_container(m, l, &r, &p, err)) < 0) {
         log_warn("sandbox.create_failed", "sandbox=%s code=%s", r.id, err->code);
         sbx_teardown(m, r.id, true, NULL);

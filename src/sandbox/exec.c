@@ -101,7 +101,7 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
 {
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int fd _cleanup_agentc_ = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
+    int fd = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
     if (fd < 0)
         return -1;
     _cleanup_free_ const char **argv = argv_vec(q->argv);
@@ -121,6 +121,8 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
     int wait_ms = ar.timeout_ms > 0 ? (int)(ar.timeout_ms + 10000) : 0;
     int rc = agentc_exec(fd, &ar, on_output, c, wait_ms, &ares, err);
     env_vec_free(env);
+    /* Until the agent's session lets go of it too: a checkpoint may follow at once. */
+    agentc_close(fd);
     if (rc == 0) {
         c->res->exit_code = ares.exit.exit_code;
         c->res->timed_out = ares.exit.timed_out;
@@ -194,6 +196,8 @@ int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sb
         res->execution_id = c.eid;
         rc = run_agent_exec(m, l, q, &c, err);
         store_exec_end(m->store, c.eid, rc == 0 ? res->exit_code : -1, NULL);
+        if (res->stdout_truncated || res->stderr_truncated)
+            store_exec_set_truncated(m->store, c.eid, NULL);
         sbx_event(m, r.owner_id, r.id, "exec",
                   json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)c.eid, "command",
                             q->command, "exit_code", rc == 0 ? res->exit_code : -1));

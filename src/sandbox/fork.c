@@ -98,12 +98,13 @@ static json_t *clone_json(sbx_mgr_t *m, const char *id, bool memory)
     return j;
 }
 
-/* Make the child's row (intent create), dirs, network and checkpoint dir. */
-static int prepare_child(sbx_mgr_t *m, const sandbox_rec_t *child, const struct sbx_paths *cp,
-                         const char *ckpt, err_t *err)
+/* Make the child's row (intent create; counted against owner's quotas), dirs, network and
+ * checkpoint dir. */
+static int prepare_child(sbx_mgr_t *m, const user_t *owner, sandbox_rec_t *child,
+                         const struct sbx_paths *cp, const char *ckpt, err_t *err)
 {
     /* The child's row first, as intent: a crash from here on is undone on start. */
-    if (store_sandbox_insert(m->store, child, err) < 0 ||
+    if (sbx_quota_insert(m, owner, child, false, err) < 0 ||
         sbx_make_dirs(cp, child->hostname, err) < 0 ||
         /* its own namespace and address; a listener on 0.0.0.0 serves there too */
         sbx_net_setup(m, child, cp, NULL, err) < 0)
@@ -156,7 +157,7 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
                  hostname);
     sbx_paths_init(m, child.id, &cp);
     const char *ckpt = memory ? cp.fork_ckpt : NULL;
-    int rc = prepare_child(m, &child, &cp, ckpt, err);
+    int rc = prepare_child(m, owner, &child, &cp, ckpt, err);
     if (rc == 0)
         rc = capture_parent(m, &pc, &child, &cp, ckpt, err);
     char parent_id[65];
@@ -273,7 +274,7 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
     clone_record(&r, owner, snap.spec, snap.image, NULL, label ? label : snap.name, hostname);
     struct sbx_paths p;
     sbx_paths_init(m, r.id, &p);
-    int rc = store_sandbox_insert(m->store, &r, err);
+    int rc = sbx_quota_insert(m, owner, &r, false, err);
     if (rc == 0)
         rc = sbx_make_dirs(&p, r.hostname, err);
     if (rc == 0)

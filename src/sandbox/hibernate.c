@@ -182,7 +182,9 @@ int sbx_wake(sbx_mgr_t *m, const user_t *owner, const char *key, bool cold, json
         return 0;
     }
     bool memory = false;
-    rc = wake_locked(m, &c, cold, &memory, err);
+    rc = sbx_quota_check_wake(m, c.rec.owner_id, err); /* it counts as running again */
+    if (rc == 0)
+        rc = wake_locked(m, &c, cold, &memory, err);
     if (rc == 1) /* started cold, and its main process ended at once */
         sbx_finish_exit(m, c.id);
     else if (rc == 0)

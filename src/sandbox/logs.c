@@ -91,32 +91,3 @@ void sbx_logs_close(sbx_log_reader_t *r)
     free(r->dir);
     free(r);
 }
-
-int sbx_exec_history(sbx_mgr_t *m, const user_t *owner, const char *key, int limit,
-                     bool newest_first, json_t **out, err_t *err)
-{
-    sandbox_rec_t rec;
-    if (sbx_lookup(m, owner, key, &rec, err) < 0)
-        return -1;
-    int rc = store_exec_list(m->store, rec.id, limit, newest_first, true, out, err);
-    store_sandbox_rec_clear(&rec);
-    return rc;
-}
-
-int sbx_exec_logs(sbx_mgr_t *m, const user_t *owner, const char *key, int64_t eid, int64_t start_id,
-                  int limit, json_t **out, err_t *err)
-{
-    sandbox_rec_t rec;
-    if (sbx_lookup(m, owner, key, &rec, err) < 0)
-        return -1;
-    json_t *execution = NULL, *logs = NULL;
-    int rc = store_exec_logs(m->store, rec.id, eid, start_id, limit, &execution, &logs, err);
-    store_sandbox_rec_clear(&rec);
-    if (rc < 0)
-        return -1;
-    json_t *last = json_array_get(logs, json_array_size(logs) - 1);
-    json_int_t cursor = last ? json_integer_value(json_object_get(last, "id")) : start_id;
-    *out =
-        json_pack("{s:o, s:o, s:I}", "execution", execution, "logs", logs, "next_start_id", cursor);
-    return 0;
-}

@@ -138,7 +138,7 @@ static int check_resources(const struct sbx_create_req *q, err_t *err)
     if (q->disk && (q->disk < (1u << 20) || q->disk > (1ull << 44)))
         return err_set(err, ERR_INVALID, 0, "invalid_field",
                        "field 'disk' must be between 1 MiB and 16 TiB");
-    return 0;
+    return sbx_check_host_size(q->cpus, q->memory, err);
 }
 
 int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)

@@ -26,12 +26,13 @@ struct sbx_config {
     double default_cpus;
     uint64_t default_memory;
     int64_t default_pids;
-    uint64_t log_max;         /* main-process log cap per file */
-    uint64_t exec_output_max; /* per stream of one exec */
-    unsigned max_execs;       /* concurrent execs per sandbox */
-    unsigned idle_timeout_s;  /* hibernate a sandbox idle this long (0: never), unless its own
-                                 idle_timeout says otherwise */
-    int egress_proxy_port;    /* the egress proxy's port on the gateway (0: none runs) */
+    uint64_t log_max;          /* main-process log cap per file */
+    uint64_t exec_output_max;  /* per stream of one exec */
+    unsigned max_execs;        /* concurrent execs per sandbox */
+    unsigned idle_timeout_s;   /* hibernate a sandbox idle this long (0: never), unless its own
+                                  idle_timeout says otherwise */
+    int egress_proxy_port;     /* the egress proxy's port on the gateway (0: none runs) */
+    user_limits_t user_limits; /* the default limits of a non-admin user (negative: none) */
 };
 
 /* Open the manager: prepares dirs, installs the agent, starts the exit watcher. */
@@ -66,6 +67,25 @@ struct sbx_create_req {
     const char *snapshot; /* start from this snapshot instead of an image */
     int net_raw;          /* -1 absent; 1: keep CAP_NET_RAW */
 };
+
+/* ---- per-user limits (quota.c) ---- */
+
+/* ERR_INVALID unless a sandbox of cpus and memory fits this host (whoever asks). */
+int sbx_check_host_size(double cpus, uint64_t memory, err_t *err);
+/* The limits u is held to: its own, else the daemon's defaults; none at all for admins. */
+void sbx_user_limits(sbx_mgr_t *m, const user_t *u, user_limits_t *eff);
+/* ERR_FORBIDDEN "limit_exceeded" naming the first of one sandbox's sizes over l. */
+int sbx_limits_check_size(const user_limits_t *l, double cpus, uint64_t memory, int64_t pids,
+                          uint64_t disk, err_t *err);
+/* ERR_LIMIT "quota_exceeded" / "rate_limited" naming the count of u that l forbids to grow
+ * (max_sandboxes and the create rate only when new_row: a new sandbox, not a wake). */
+int sbx_limits_check_counts(const user_limits_t *l, const user_usage_t *u, bool new_row,
+                            err_t *err);
+/* Update l from a JSON object of limits (null: back to the default); ERR_INVALID, l
+ * untouched, on an unknown name, a wrong type or a value out of range. */
+int sbx_limits_parse(json_t *body, user_limits_t *l, err_t *err);
+/* Limits as JSON: {max_running, ..., max_creates_per_minute}, null for none. */
+json_t *sbx_limits_json(const user_limits_t *l);
 
 /* ERR_INVALID unless s is an RFC 1123 host label. */
 int sbx_check_hostname(const char *s, err_t *err);
@@ -165,9 +185,26 @@ ssize_t sbx_logs_read(sbx_log_reader_t *r, char *buf, size_t size);
 bool sbx_logs_running(sbx_log_reader_t *r);
 void sbx_logs_close(sbx_log_reader_t *r);
 
-/* Execution history routes. */
-int sbx_exec_history(sbx_mgr_t *m, const user_t *owner, const char *key, int limit,
-                     bool newest_first, json_t **out, err_t *err);
+/* One page of execution history. */
+struct sbx_history_req {
+    int limit;         /* executions at most */
+    bool newest_first; /* command-executions; else oldest first (execution-logs) */
+    bool has_cursor;   /* without one: the newest `limit` executions */
+    int64_t cursor;    /* an execution id: oldest first, after it; newest first, before it */
+};
+/* Takes bytes of a streamed answer; false once nobody reads any more. */
+typedef bool (*sbx_write_fn)(void *ctx, const void *data, size_t len);
+/* Owner's sandbox key, whose history is to be read: its id (ERR_NOT_FOUND otherwise). */
+int sbx_exec_history_open(sbx_mgr_t *m, const user_t *owner, const char *key, char id[65],
+                          err_t *err);
+/*
+ * Write one page of sandbox id's history through write: {"executions": [{..., "logs":
+ * [...]}], "next_cursor": id|null, "has_more": bool}, in bounded memory (at most q->limit
+ * executions, ending after the one whose output passes 4 MiB). False if a write failed.
+ */
+bool sbx_exec_history_write(sbx_mgr_t *m, const char *id, const struct sbx_history_req *q,
+                            sbx_write_fn write, void *ctx);
+/* One execution and its output rows after start_id (at most limit rows and 4 MiB). */
 int sbx_exec_logs(sbx_mgr_t *m, const user_t *owner, const char *key, int64_t eid, int64_t start_id,
                   int limit, json_t **out, err_t *err);
 

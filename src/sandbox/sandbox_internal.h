@@ -207,5 +207,24 @@ struct sbx_capture {
 int sbx_capture(sbx_mgr_t *m, const sandbox_rec_t *src, const struct sbx_capture *c,
                 const char *fault, err_t *err);
 
+/* Before any image is pulled: ERR_FORBIDDEN unless owner may have a sandbox of q's size. */
+int sbx_quota_check_request(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q,
+                            err_t *err);
+/*
+ * Insert the row of a new sandbox (create when fresh, fork or snapshot start otherwise) if
+ * owner's limits allow it: its size (a fresh one bounded in disk gets max_disk where the
+ * host can), then, under one lock with the insert, the sandboxes owner holds and made.
+ */
+int sbx_quota_insert(sbx_mgr_t *m, const user_t *owner, sandbox_rec_t *r, bool fresh, err_t *err);
+/* ERR_LIMIT unless the owner of a hibernated sandbox may have one more running. */
+int sbx_quota_check_wake(sbx_mgr_t *m, int64_t owner_id, err_t *err);
+
+/* Mount the sandbox's socket dir (a small tmpfs, sockdir.c) unless it is mounted. */
+int sbx_sockdir_mount(const struct sbx_paths *p, err_t *err);
+/* Unmount it (nothing mounted is fine). */
+int sbx_sockdir_umount(const struct sbx_paths *p, err_t *err);
+/* Bytes in use in the socket dir, or -1 when it is not mounted. */
+int64_t sbx_sockdir_used(const struct sbx_paths *p);
+
 /* The disk limit in a sandbox's spec (resources.disk), in bytes; 0: none. */
 uint64_t sbx_spec_disk(const json_t *spec);

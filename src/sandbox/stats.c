@@ -59,6 +59,11 @@ static void walk_dir(int fd, int depth, struct walk *w)
     closedir(d);
 }
 
+static json_t *num(int64_t v)
+{
+    return v >= 0 ? json_integer((json_int_t)v) : json_null();
+}
+
 static json_t *disk_json(sbx_mgr_t *m, const char *id)
 {
     struct sbx_paths p;
@@ -67,13 +72,10 @@ static json_t *disk_json(sbx_mgr_t *m, const char *id)
     int fd = open(p.upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0)
         walk_dir(fd, 0, &w);
+    int64_t sock = sbx_sockdir_used(&p); /* a tmpfs: memory, bounded apart from disk */
     sbx_paths_free(&p);
-    return json_pack("{s:I, s:b}", "used_bytes", (json_int_t)w.bytes, "partial", w.partial);
-}
-
-static json_t *num(int64_t v)
-{
-    return v >= 0 ? json_integer((json_int_t)v) : json_null();
+    return json_pack("{s:I, s:b, s:o}", "used_bytes", (json_int_t)w.bytes, "partial", w.partial,
+                     "socket_dir_bytes", num(sock));
 }
 
 static int64_t read_counter(const char *ifname, const char *name)

@@ -94,6 +94,35 @@ const char *const store_migrations[] = {
     "  created_at REAL NOT NULL,"
     "  UNIQUE (owner_id, name)"
     ");",
+
+    /*
+     * 4: execution output bounded per sandbox (exec_log_bytes counts commands and output;
+     * truncated marks an execution that lost output to a cap), the rows of deleted sandboxes
+     * removed, and per-user limits (NULL: the daemon's default).
+     */
+    "ALTER TABLE executions ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE sandboxes ADD COLUMN exec_log_bytes INTEGER NOT NULL DEFAULT 0;"
+    "DELETE FROM execution_logs WHERE execution_id IN (SELECT e.id FROM executions e "
+    "  JOIN sandboxes s ON s.id = e.sandbox_id WHERE s.status = 'terminated');"
+    "DELETE FROM executions WHERE sandbox_id IN "
+    "  (SELECT id FROM sandboxes WHERE status = 'terminated');"
+    "UPDATE sandboxes SET exec_log_bytes = "
+    "  coalesce((SELECT sum(length(CAST(command AS BLOB))) FROM executions "
+    "            WHERE sandbox_id = sandboxes.id), 0) + "
+    "  coalesce((SELECT sum(length(l.content)) FROM execution_logs l "
+    "            JOIN executions e ON e.id = l.execution_id WHERE e.sandbox_id = sandboxes.id), 0);"
+    "CREATE TABLE user_limits ("
+    "  user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,"
+    "  max_running INTEGER,"
+    "  max_sandboxes INTEGER,"
+    "  max_cpus REAL,"
+    "  max_memory INTEGER,"
+    "  max_pids INTEGER,"
+    "  max_disk INTEGER,"
+    "  max_creates_per_minute INTEGER,"
+    "  updated_at REAL NOT NULL"
+    ");"
+    "CREATE INDEX sandboxes_owner_created ON sandboxes(owner_id, created_at);",
 };
 
 const int store_migrations_count = sizeof(store_migrations) / sizeof(store_migrations[0]);

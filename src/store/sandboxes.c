@@ -301,7 +301,7 @@ int store_sandbox_set_spec_field(store_t *s, const char *id, const char *field, 
     return 0;
 }
 
-int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, err_t *err)
+static int mark_deleted(store_t *s, const char *id, const char *reason, err_t *err)
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
@@ -316,6 +316,13 @@ int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, er
     if (sqlite3_step(st) != SQLITE_DONE)
         return store_fail(s, "delete sandbox", err);
     return 0;
+}
+
+int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, err_t *err)
+{
+    /* History first: a crash in between leaves a sandbox still being deleted, which the
+     * next start finishes. */
+    return store_exec_forget(s, id, err) < 0 ? -1 : mark_deleted(s, id, reason, err);
 }
 
 int store_sandbox_update(store_t *s, const char *id, const char *label, int is_public, err_t *err)

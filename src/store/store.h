@@ -49,6 +49,40 @@ int store_user_count(store_t *s, int64_t *out, err_t *err);
 int store_user_create(store_t *s, const char *name, bool is_admin, user_t *out, err_t *err);
 /* Look up a user by name (ERR_NOT_FOUND if none). */
 int store_user_get_by_name(store_t *s, const char *name, user_t *out, err_t *err);
+/* Look up a user by id (ERR_NOT_FOUND if none). */
+int store_user_get_by_id(store_t *s, int64_t id, user_t *out, err_t *err);
+
+/*
+ * Limits of one user. Negative: unset (the daemon's default applies); in effective limits,
+ * negative means none. Admins are held to none of them.
+ */
+typedef struct {
+    int64_t max_running;   /* sandboxes creating, running or paused at once */
+    int64_t max_sandboxes; /* sandboxes not deleted (hibernated and exited ones included) */
+    double max_cpus;       /* CPUs of one sandbox */
+    int64_t max_memory;    /* memory of one sandbox, bytes */
+    int64_t max_pids;      /* tasks of one sandbox */
+    int64_t max_disk;      /* writable layer of one sandbox, bytes */
+    int64_t max_creates_per_minute; /* creates, forks and snapshot starts */
+} user_limits_t;
+
+/* What a user holds now. */
+typedef struct {
+    int64_t running;          /* creating, running or paused */
+    int64_t sandboxes;        /* not deleted */
+    int64_t created_recently; /* rows created since the time asked about */
+} user_usage_t;
+
+/* Every field unset. */
+void store_limits_unset(user_limits_t *l);
+/* The limits set for user_id (all unset if none were). */
+int store_user_limits_get(store_t *s, int64_t user_id, user_limits_t *out, err_t *err);
+/* Replace the limits of user_id (unset fields: the defaults). */
+int store_user_limits_set(store_t *s, int64_t user_id, const user_limits_t *l, err_t *err);
+/* Count user_id's sandboxes now, and those created at or after since (Unix seconds). */
+int store_user_usage(store_t *s, int64_t user_id, double since, user_usage_t *out, err_t *err);
+/* When the oldest of user_id's sandboxes created at or after since was created (or since). */
+double store_user_oldest_create_since(store_t *s, int64_t user_id, double since);
 
 /* Record a token for user_id; hash is the SHA-256 hex of the secret. */
 int store_token_insert(store_t *s, const char *id, int64_t user_id, const char *name,

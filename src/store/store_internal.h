@@ -2,6 +2,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdint.h>
 #include <sqlite3.h>
 
 #include "store.h"
@@ -11,6 +12,7 @@ struct store {
     /* One connection shared by all request threads; statements are short. */
     pthread_mutex_t lock;
     int version;
+    uint64_t exec_log_max; /* bytes of execution history kept per sandbox (0: no cap) */
 };
 
 extern const char *const store_migrations[];

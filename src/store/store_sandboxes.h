@@ -91,7 +91,8 @@ int store_sandbox_set_status(store_t *s, const char *id, sandbox_status_t status
 /* Set (or with NULL remove) one top-level field of a sandbox's spec JSON. */
 int store_sandbox_set_spec_field(store_t *s, const char *id, const char *field, const json_t *value,
                                  err_t *err);
-/* Mark terminated: deleted_at now, delete_reason reason. */
+/* Mark terminated: deleted_at now, delete_reason reason. Its executions and their output go
+ * (the row stays, for the fork tree, which needs nothing of its history). */
 int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, err_t *err);
 /* Update label and/or is_public (NULL label / public < 0 leave them). */
 int store_sandbox_update(store_t *s, const char *id, const char *label, int is_public, err_t *err);
@@ -105,19 +106,34 @@ json_t *store_sandbox_child_ids(store_t *s, const char *id);
 /* Record the start of an execution; returns its id in *eid. */
 int store_exec_begin(store_t *s, const char *sandbox_id, const char *command, int64_t *eid,
                      err_t *err);
-/* Append one output chunk (fd 1 or 2) of an execution. */
+/* Append one output chunk (fd 1 or 2) of an execution (dropping the sandbox's oldest history
+ * past the cap, see store_set_exec_log_max); an execution no longer recorded takes none. */
 int store_exec_log(store_t *s, int64_t eid, int fd, const void *data, size_t len, err_t *err);
 /* Record the end of an execution. */
 int store_exec_end(store_t *s, int64_t eid, int exit_code, err_t *err);
+/* Mark an execution as having lost output (a per-stream cap). */
+int store_exec_set_truncated(store_t *s, int64_t eid, err_t *err);
+/* Bytes of execution history (commands and output) kept per sandbox; 0: no cap. */
+void store_set_exec_log_max(store_t *s, uint64_t max);
+/* Remove every execution of sandbox_id with its output. */
+int store_exec_forget(store_t *s, const char *sandbox_id, err_t *err);
+/* The bytes of history sandbox_id keeps now (-1 if unknown). */
+int64_t store_exec_log_bytes(store_t *s, const char *sandbox_id);
 /*
- * Executions of a sandbox as JSON objects {id, command, executed_at, exit_code, logs?}:
- * newest first when newest_first; logs included (up to log_limit rows each) when with_logs.
+ * Up to n executions of sandbox_id without their logs, as JSON objects {id, command,
+ * executed_at, exit_code, finished_at, truncated}: with id > cursor oldest first, or with
+ * id < cursor newest first.
  */
-int store_exec_list(store_t *s, const char *sandbox_id, int limit, bool newest_first,
-                    bool with_logs, json_t **out, err_t *err);
-/* One execution (of sandbox_id) and its logs with id > start_id, at most limit rows. */
-int store_exec_logs(store_t *s, const char *sandbox_id, int64_t eid, int64_t start_id, int limit,
-                    json_t **execution, json_t **logs, err_t *err);
+int store_exec_rows(store_t *s, const char *sandbox_id, int64_t cursor, bool newest_first, int n,
+                    json_t **out, err_t *err);
+/* The cursor before the newest n executions of sandbox_id (for an oldest-first window). */
+int64_t store_exec_window_start(store_t *s, const char *sandbox_id, int n);
+/* Output rows {id, fd, content, created_at} of execution eid with id > after: at most
+ * max_rows, and no more than max_bytes of content past the first row. */
+int store_exec_log_rows(store_t *s, int64_t eid, int64_t after, int max_rows, size_t max_bytes,
+                        json_t **out, err_t *err);
+/* The execution eid of sandbox_id (ERR_NOT_FOUND otherwise), without its logs. */
+int store_exec_get(store_t *s, const char *sandbox_id, int64_t eid, json_t **execution, err_t *err);
 
 /*
  * Every row in the subtree rooted at root_id (root included, terminated ones too), parents

@@ -61,3 +61,20 @@ int store_user_get_by_name(store_t *s, const char *name, user_t *out, err_t *err
     read_user(st, out);
     return 0;
 }
+
+int store_user_get_by_id(store_t *s, int64_t id, user_t *out, err_t *err)
+{
+    STORE_LOCK(s);
+    sqlite3_stmt *st _cleanup_stmt_ = NULL;
+    if (store_prepare(s, "SELECT id, name, is_admin, created_at FROM users WHERE id = ?", &st,
+                      err) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        return err_set(err, ERR_NOT_FOUND, 0, "user_not_found", "no such user");
+    if (rc != SQLITE_ROW)
+        return store_fail(s, "get user", err);
+    read_user(st, out);
+    return 0;
+}

@@ -11,6 +11,7 @@
 #include <archive_entry.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -536,8 +537,12 @@ static void test_registry_pulls(store_t *db)
     snprintf(root, sizeof(root), "%s/store4", work);
     s = open_store(db, root, NULL, NULL);
     snprintf(ref, sizeof(ref), "%s/library/unit-test@%s", host, manifest);
-    ok(s && image_pull(s, ref, &img, &err) < 0 && strcmp(err.code, "image_pull_failed") == 0,
-       "a plain-HTTP registry not listed as insecure fails (%s)", err.msg);
+    ok(s && image_pull(s, ref, &img, &err) < 0 &&
+           strcmp(err.code, "registry_address_refused") == 0 && err.kind == ERR_FORBIDDEN,
+       "a loopback registry, neither the mirror nor insecure, is refused (%s)", err.msg);
+    ok(s && image_pull_for(s, ref, false, &img, &err) < 0 &&
+           strcmp(err.code, "registry_not_allowed") == 0,
+       "... and first, to a non-admin, as a registry not allowed (%s)", err.msg);
     image_store_close(s);
     s = open_store(db, root, NULL, host);
     ok(s && image_pull(s, ref, &img, &err) == 0 && img && strcmp(img->ref, ref) == 0,
@@ -549,6 +554,39 @@ static void test_registry_pulls(store_t *db)
     waitpid(reg, NULL, 0);
 }
 
+static bool public_addr(const char *text)
+{
+    struct sockaddr_storage ss = {0};
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, text, &v4->sin_addr) == 1)
+        v4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1)
+        v6->sin6_family = AF_INET6;
+    return image_addr_public((struct sockaddr *)&ss);
+}
+
+/* Where a pull may go: public addresses only, never the host's own. */
+static void test_pull_addresses(void)
+{
+    const char *refused[] = {
+        "127.0.0.1",       "127.1.2.3",       "10.1.2.3",      "172.16.0.1",
+        "192.168.1.1",     "169.254.169.254", "100.64.0.1",    "0.0.0.0",
+        "224.0.0.1",       "255.255.255.255", "::1",           "::",
+        "fd00::1",         "fe80::1",         "ff02::1",       "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1", "64:ff9b::a00:1",  "2002:7f00:1::1"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        ok(!public_addr(refused[i]), "a pull may not reach %s", refused[i]);
+    const char *allowed[] = {"8.8.8.8", "198.51.100.2", "2001:4860:4860::8888", "::ffff:8.8.4.4"};
+    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+        ok(public_addr(allowed[i]), "a pull may reach %s", allowed[i]);
+    struct addrinfo *res = NULL;
+    err_t err = {0};
+    ok(image_resolve_public("localhost", "5000", &res, &err) < 0 &&
+           strcmp(err.code, "registry_address_refused") == 0,
+       "a name resolving to loopback is refused (%s)", err.code);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "internal-unpack-layer") == 0)
@@ -558,6 +596,7 @@ int main(int argc, char **argv)
         ok(1, "skipped");
         return tap_done();
     }
+    test_pull_addresses();
     snprintf(work, sizeof(work), "/tmp/sbx-image-store-XXXXXX");
     if (!mkdtemp(work)) {
         ok(0, "mkdtemp");
