@@ -68,7 +68,22 @@ int runtime_delete(const char *id, err_t *err)
 
 int runtime_pause(const char *id, bool pause, err_t *err)
 {
-    return runc(NULL, err, pause ? "pause" : "resume", id, NULL, NULL);
+    if (!pause)
+        return runc(NULL, err, "resume", id, NULL, NULL);
+    /* runc gives up freezing after a short while when a task does not stop at once (a busy
+     * host, a task in the middle of a fork) and thaws again: "unable to freeze". Try again a
+     * few times, waiting a little longer each time. */
+    for (int attempt = 0;; attempt++) {
+        err_t e = {0};
+        if (runc(NULL, &e, "pause", id, NULL, NULL) == 0)
+            return 0;
+        if (!strstr(e.msg, "unable to freeze") || attempt >= 5) {
+            *err = e;
+            return -1;
+        }
+        log_warn("runtime.freeze_retry", "container=%s attempt=%d", id, attempt + 1);
+        usleep(10000u << attempt);
+    }
 }
 
 int runtime_state(const char *id, char *out, size_t size, pid_t *pid, err_t *err)
