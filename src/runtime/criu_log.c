@@ -85,18 +85,19 @@ void runtime_scrub_paths(char *s)
     }
 }
 
-/* The sandbox's own pid of host pid (the last NSpid), or pid itself when unknown. */
+/* The sandbox's own pid of host pid (the last NSpid), or 0 when unknown (it has ended): a
+ * host pid means nothing to the sandbox's owner. */
 static long sandbox_pid(long host_pid)
 {
     char path[64], line[256];
     snprintf(path, sizeof(path), "/proc/%ld/status", host_pid);
     FILE *f = fopen(path, "re");
-    long out = host_pid;
+    long out = 0;
     while (f && fgets(line, sizeof(line), f)) {
         if (strncmp(line, "NSpid:", 6) != 0)
             continue;
         char *last = strrchr(line, '\t');
-        out = last ? strtol(last + 1, NULL, 10) : host_pid;
+        out = last ? strtol(last + 1, NULL, 10) : 0;
         break;
     }
     if (f)
@@ -151,8 +152,11 @@ int runtime_checkpoint_explain(const char *work_dir, const char *id, err_t *err)
         if (strcasestr(error, causes[i].needle))
             meaning = causes[i].meaning;
     char who[128] = "a process of the sandbox";
-    if (pid > 0)
-        snprintf(who, sizeof(who), "process %ld (%s)", sandbox_pid(pid), comm);
+    long spid = pid > 0 ? sandbox_pid(pid) : 0;
+    if (spid > 0)
+        snprintf(who, sizeof(who), "process %ld (%s)", spid, comm);
+    else if (comm[0])
+        snprintf(who, sizeof(who), "a process of the sandbox (%s)", comm);
     if (meaning)
         return err_set(err, ERR_CONFLICT, 0, "checkpoint_failed",
                        "the sandbox cannot be checkpointed: %s %s (CRIU: %s)", who, meaning, error);

@@ -77,10 +77,14 @@ int runtime_pause(const char *id, bool pause, err_t *err)
         err_t e = {0};
         if (runc(NULL, &e, "pause", id, NULL, NULL) == 0)
             return 0;
-        if (!strstr(e.msg, "unable to freeze") || attempt >= 5) {
+        if (!strstr(e.msg, "unable to freeze")) {
             *err = e;
             return -1;
         }
+        if (attempt >= 5)
+            return err_set(err, ERR_CONFLICT, 0, "freeze_failed",
+                           "the sandbox's processes could not be frozen (the host is busy, or "
+                           "a process keeps forking); try again");
         log_warn("runtime.freeze_retry", "container=%s attempt=%d", id, attempt + 1);
         usleep(10000u << attempt);
     }
