@@ -62,6 +62,10 @@ SCRIPT_ARGS = {
     "fork": [
         ("--sizes", dict(default="50,200", help="MB of touched memory the server holds, "
                          "comma-separated (default 50,200)")),
+        ("--workload", dict(default="exec", help="how the server runs, comma-separated: exec "
+                            "(default: an idle sandbox, the server started through exec with "
+                            "nohup ... &, as agents do) and/or main (the server is the "
+                            "sandbox's main process)")),
         ("--n-fork", dict(type=int, default=10, help="Sandboxer fork samples per size")),
         ("--n-hibernate", dict(type=int, default=10,
                                help="Sandboxer hibernate/wake cycles per size")),
