@@ -36,10 +36,10 @@ For each shape and size (--sizes, default 50 and 200 MB):
 
 Prints p50/p90/p99 in ms with the targets of issue 12 (at 50 MB: fork <= 200, wake <= 120,
 create from a snapshot <= 80 ms; both shapes are held to them); a series that fails shows its
-error instead of numbers. Everything it makes (sandboxes, snapshots, the daemon, the registry, podman
-containers, image and checkpoint exports, temp dirs, mounts) is removed at the end, also on
-error or Ctrl-C; every command and request has a time limit, every phase a budget, the run a
-total. Run as root, through bench/run (make bench). Standard library and python3-httpx only.
+error instead of numbers. Everything it makes (sandboxes, snapshots, the daemon, the
+registry, podman containers, image and checkpoint exports, temp dirs, mounts) is removed at
+the end, also on error or Ctrl-C; every command and request has a time limit, every phase a
+budget, the run a total. Run as root, through bench/run (make bench). Standard library and python3-httpx only.
 """
 import ast
 import json

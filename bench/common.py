@@ -58,6 +58,14 @@ SCRIPT_ARGS = {
         ("--n-create-runc", dict(type=int, default=30)),
         ("--n-create-podman", dict(type=int, default=20)),
         ("--warmup", dict(type=int, default=20, help="untimed execs before each series")),
+        ("--n-many", dict(type=int, default=500, help="exec samples on an empty daemon and "
+                          "then on one holding many sandboxes (0: skip that part)")),
+        ("--many-exited", dict(type=int, default=50,
+                               help="hello-world sandboxes left exited for it (default 50)")),
+        ("--many-hibernated", dict(type=int, default=50,
+                                   help="busybox sandboxes left hibernated for it (default 50)")),
+        ("--idle-seconds", dict(type=float, default=5.0, help="how long the daemon's idle CPU "
+                                "time is measured in each state (default 5)")),
     ],
     "fork": [
         ("--sizes", dict(default="50,200", help="MB of touched memory the server holds, "
@@ -77,6 +85,28 @@ SCRIPT_ARGS = {
                                help="untimed operations before each series")),
         ("--keep-criu-logs", dict(metavar="DIR", help="copy CRIU's dump.log/restore.log "
                                   "of every Sandboxer operation into DIR")),
+    ],
+    "soak": [
+        ("--ops", dict(type=int, default=2000, help="random lifecycle operations (default "
+                       "2000; the prefill is not counted)")),
+        ("--seed", dict(type=int, default=1, help="the RNG's seed (default 1, so that two "
+                        "runs draw the same operations)")),
+        ("--soak-sandboxes", dict(type=int, default=20,
+                                  help="sandboxes the soak keeps around (default 20)")),
+        ("--check-every", dict(type=int, default=100,
+                               help="operations between leak checks (default 100)")),
+        ("--soak-exec-samples", dict(type=int, default=50,
+                                     help="exec samples for the p50 at each check")),
+        ("--exec-bound", dict(type=float, default=1.20, help="exec p50 at most this many "
+                              "times the first check's (default 1.20)")),
+        ("--rss-growth-mb", dict(type=int, default=32, help="the daemon's RSS at most this "
+                                 "many MB above the first check's (default 32)")),
+        ("--op-timeout", dict(type=int, default=120,
+                              help="seconds for one request of an operation (default 120)")),
+        ("--skip-ops", dict(default="", help="operations left out, comma-separated (e.g. "
+                            "coalesce while a known bug in it would mask the rest)")),
+        ("--soak-idle-seconds", dict(type=float, default=3.0, help="seconds of the daemon's "
+                                     "idle CPU measured at each check (default 3)")),
     ],
     "proxy": [
         ("--n-small", dict(type=int, default=500,
@@ -150,6 +180,22 @@ def run(argv, timeout=OP_TIMEOUT, check=True, **kw):
         err = r.stderr.decode(errors="replace") if isinstance(r.stderr, bytes) else r.stderr
         raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {(err or '').strip()}")
     return r
+
+
+def cpu_ms(pid):
+    """utime + stime of process pid (all its threads) in ms, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu(pid, seconds):
+    """CPU time (ms) process pid uses over seconds in which nobody asks it anything, and that
+    as a share of one CPU (%)."""
+    c0, t0 = cpu_ms(pid), time.monotonic()
+    time.sleep(seconds)
+    used, wall = cpu_ms(pid) - c0, time.monotonic() - t0
+    return used, 100.0 * used / (wall * 1000.0)
 
 
 def timed_run(argv, timeout=OP_TIMEOUT):
