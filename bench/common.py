@@ -95,10 +95,11 @@ SCRIPT_ARGS = {
                                   help="sandboxes the soak keeps around (default 20)")),
         ("--check-every", dict(type=int, default=100,
                                help="operations between leak checks (default 100)")),
-        ("--soak-exec-samples", dict(type=int, default=50,
-                                     help="exec samples for the p50 at each check")),
-        ("--exec-bound", dict(type=float, default=1.20, help="exec p50 at most this many "
-                              "times the first check's (default 1.20)")),
+        ("--soak-exec-samples", dict(type=int, default=100, help="exec samples for the "
+                                     "p50 at each check, on each daemon (default 100)")),
+        ("--exec-bound", dict(type=float, default=1.20, help="exec p50 (over an idle "
+                              "control daemon's) at most this many times the first check's "
+                              "(default 1.20)")),
         ("--rss-growth-mb", dict(type=int, default=32, help="the daemon's RSS at most this "
                                  "many MB above the first check's (default 32)")),
         ("--op-timeout", dict(type=int, default=120,
@@ -225,6 +226,24 @@ def timed_loop(name, n, warmup, budget, op):
             log(f"{name}: phase budget of {budget} s spent after {len(samples)} of {n} samples")
             break
         samples.append(op())
+    return samples
+
+
+def interleaved(name, ops, n, warmup, budget):
+    """warmup untimed rounds, then n timed ones, of each op in ops one after the other (the
+    order flipping every round), so that the machine's load hits them alike; returns one
+    list of samples (ms) per op. Stops early (and says so) past budget seconds."""
+    deadline = time.monotonic() + budget
+    for _ in range(warmup):
+        for op in ops:
+            op()
+    samples = [[] for _ in ops]
+    for i in range(n):
+        if time.monotonic() > deadline:
+            log(f"{name}: phase budget of {budget} s spent after {i} of {n} rounds")
+            break
+        for k in (range(len(ops)) if i % 2 == 0 else reversed(range(len(ops)))):
+            samples[k].append(ops[k]())
     return samples
 
 
@@ -431,9 +450,11 @@ class OwnNetwork:
     any other daemon on the host; cleanup() removes the bridge and the table (register it
     before the daemon's cleanup: it runs after the daemon stopped)."""
 
-    def __init__(self, tag):
-        self.bridge = f"sbb{os.getpid() % 100000}"
-        self.table = f"sbxbench_{tag}_{os.getpid()}"
+    def __init__(self, tag, index=0):
+        # index: a second daemon of the same run gets a bridge and table of its own
+        suffix = chr(ord("a") + index) if index else ""
+        self.bridge = f"sbb{os.getpid() % 100000}{suffix}"
+        self.table = f"sbxbench_{tag}_{os.getpid()}{suffix}"
         used = run(["ip", "-4", "route", "show"], check=False, text=True).stdout
         for second in list(range(200, 250)) + list(range(100, 150)):
             if f"10.{second}." not in used:
@@ -501,13 +522,20 @@ class Session:
         reg = registry.start_registry(workdir=os.path.join(self.workdir, "registry"))
         self.on_cleanup("registry", reg.stop)
         registry.push_test_images(reg, names=names, python=python)
-        net = OwnNetwork(tag)
+        return reg, self.start_daemon(args, tag, reg)
+
+    def start_daemon(self, args, tag, reg):
+        """One more daemon (the first is "sandboxer", the next "sandboxer-2" ...) pulling
+        from reg, on a network of its own; cleaned up with the session."""
+        self.daemons += 1
+        net = OwnNetwork(tag, self.daemons - 1)
         self.on_cleanup("bridge and nftables table", net.cleanup)
-        sbx = Sandboxer(args.bin, os.path.join(self.workdir, "sandboxer"), reg.url,
+        name = "sandboxer" if self.daemons == 1 else f"sandboxer-{self.daemons}"
+        sbx = Sandboxer(args.bin, os.path.join(self.workdir, name), reg.url,
                         args.log_level, extra_args=net.args())
-        self.on_cleanup("sandboxer", sbx.cleanup)
+        self.on_cleanup(name, sbx.cleanup)
         sbx.start()
-        return reg, sbx
+        return sbx
 
     def stopped(self, e, sbx):
         """A run ended by e: stop the time limits, say why (with the daemon's log tail when
@@ -530,6 +558,7 @@ class Session:
         self.prefix = f"sbx-bench-{os.getpid()}"
         self.workdir = tempfile.mkdtemp(prefix="sbx-bench-")
         self.cleanups = []
+        self.daemons = 0
         self.t_start = time.monotonic()
 
     def disarm(self):
