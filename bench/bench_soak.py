@@ -128,6 +128,7 @@ class Box:
         self.workloads = {}  # name -> the state last read: {"boot": ..., "count": ...}
         self.procs = set()  # pids started through POST /processes
         self.sleeps = 0
+        self.stuck = False  # a coalesce left it undeleted: no more operations on it
 
     def inherit(self, other):
         self.workloads = copy.deepcopy(other.workloads)
@@ -231,8 +232,12 @@ class Soak:
 
     def prefill(self):
         """The population, before the counted operations."""
-        while len(self.boxes) < self.args.soak_sandboxes:
+        for _ in range(3 * self.args.soak_sandboxes):
+            if len(self.usable()) >= self.args.soak_sandboxes:
+                return
             self.run_op("create", None, counted=False)
+        raise RuntimeError(f"prefill: {len(self.usable())} sandboxes after "
+                           f"{3 * self.args.soak_sandboxes} creates")
 
     # ---- workloads
 
@@ -395,7 +400,7 @@ class Soak:
         self.goes_on(child, "fork child")
 
     def op_coalesce(self, _box):
-        parents = [b for b in self.boxes.values() if self.descendants(b.id)]
+        parents = [b for b in self.usable() if self.descendants(b.id)]
         if not parents:
             return "skip"
         parent = self.rng.choice(parents)
@@ -405,6 +410,8 @@ class Soak:
         done = set(r.json().get("terminated_sandboxes", []))
         for sid in done:
             self.forget(sid)
+        for sid in victims - done:
+            self.boxes[sid].stuck = True
         final.parent = None
         self.parent_of[final.id] = None
         if done != victims:
@@ -414,7 +421,7 @@ class Soak:
 
     def descendants(self, sid):
         out = set()
-        for b in self.boxes.values():
+        for b in self.usable():
             up, seen = self.parent_of.get(b.id), 0
             while up and seen < 1000:
                 if up == sid:
@@ -511,8 +518,11 @@ class Soak:
 
     # ---- choosing and running
 
+    def usable(self):
+        return sorted((b for b in self.boxes.values() if not b.stuck), key=lambda b: b.id)
+
     def weights(self):
-        n, target = len(self.boxes), self.args.soak_sandboxes
+        n, target = len(self.usable()), self.args.soak_sandboxes
         grow = 3.0 if n < target - 3 else 0.3 if n > target + 3 else 1.0
         out = {}
         for op, (w, _, _) in OPS.items():
@@ -530,7 +540,7 @@ class Soak:
         for _ in range(100):
             op = self.rng.choices(list(w), list(w.values()))[0]
             _, allowed, _ = OPS[op]
-            boxes = sorted(self.boxes.values(), key=lambda b: b.id)
+            boxes = self.usable()
             if op in ("create", "coalesce"):
                 return op, None
             if not boxes:
@@ -823,18 +833,33 @@ def summary(soak, seconds):
             else f"{len(soak.final['leaks'])} leaks (above)"))
     if soak.refusals:
         lines.append(f"refused although the soak expected it to work ({len(soak.refusals)}; "
-                     f"the sandbox was left as it was):")
-        for r in soak.refusals[:10]:
-            lines.append(f"  op {r['op']} {r['what']} on {(r['sandbox'] or '-')[:12]} "
-                         f"({r['status']}): {short(r['error'])}")
+                     f"the sandbox was left as it was), by kind:")
+        for n, first in grouped(soak.refusals):
+            lines.append(f"  {n} x {first['what']}, first op {first['op']} on "
+                         f"{(first['sandbox'] or '-')[:12]} ({first['status']}): "
+                         f"{short(first['error'])}")
     if soak.failures:
-        lines.append(f"failures ({len(soak.failures)}):")
-        for f in soak.failures[:20]:
-            lines.append(f"  op {f['op']} {f['what']} on {(f['sandbox'] or '-')[:12]} "
-                         f"({f['status']}): {short(f['error'], 600)}")
-            for ln in f["log"][-12:]:
+        lines.append(f"failures ({len(soak.failures)}), by kind:")
+        for n, first in grouped(soak.failures):
+            lines.append(f"  {n} x {first['what']}, first op {first['op']} on "
+                         f"{(first['sandbox'] or '-')[:12]} ({first['status']}): "
+                         f"{short(first['error'], 600)}")
+            for ln in first["log"][-12:]:
                 lines.append(f"      | {short(ln, 400)}")
     return "\n".join(lines)
+
+
+def grouped(entries):
+    """(count, first entry) per kind: the operation and its message without ids and
+    numbers, in the order the kinds first came."""
+    kinds = {}
+    for e in entries:
+        key = (e["what"], re.sub(r"[0-9a-f]{12,64}|\d+", "#", e["error"]))
+        if key in kinds:
+            kinds[key][0] += 1
+        else:
+            kinds[key] = [1, e]
+    return list(kinds.values())
 
 
 def short(msg, n=300):

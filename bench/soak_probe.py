@@ -367,12 +367,17 @@ class Probe:
         if runcs["run"] + runcs["restore"] != len(exp.live):
             problems.append(f"runc: {runcs['run']} run + {runcs['restore']} restore for "
                             f"{len(exp.live)} running/paused sandboxes")
+        children = collections.defaultdict(list)
         for pid, p in procs.items():
             if p["ppid"] == self.pid and pid not in shims.values():
-                what = "zombie child" if p["state"] == "Z" else "child"
-                other.append(f"{what} of the daemon: {p['comm']} (pid {pid})")
+                what = "zombie children" if p["state"] == "Z" else "children"
+                children[f"{what} of the daemon ({p['comm']})"].append(pid)
             elif p["comm"] == "criu" and self._descends(procs, pid, mine):
-                other.append(f"criu (pid {pid})")
+                children["criu"].append(pid)
+        for what, pids in sorted(children.items()):
+            pids.sort()
+            other.append(f"{len(pids)} {what}: pids {', '.join(map(str, pids[:8]))}"
+                         f"{' …' if len(pids) > 8 else ''}")
         stray = collections.Counter()
         for pid in procs:
             cg = _read(f"/proc/{pid}/cgroup") or ""
