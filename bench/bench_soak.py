@@ -601,7 +601,8 @@ class Soak:
 
     def fail(self, op, box, status, msg, pos):
         entry = {"op": self.ops_done + 1, "what": op, "sandbox": box and box.id,
-                 "status": status, "error": msg, "log": self.log_excerpt(pos, msg)}
+                 "status": status, "error": msg, "log": self.log_excerpt(pos, msg),
+                 "workloads": sorted(box.workloads) if box else []}
         self.failures.append(entry)
         log(f"FAILED op {entry['op']} {op}: {msg}")
 
@@ -822,9 +823,15 @@ def summary(soak, seconds):
                      f"{rows[-1]['exec_p50']:.2f} ms (control {rows[-1]['ctl_p50']:.2f}), "
                      f"worst x0 {worst['exec_ratio']:.2f} (bound {soak.args.exec_bound:.2f}; "
                      f"x0 = p50 / control p50, over the first check's)")
+        half = [r for r in rows if r["ops"] >= rows[-1]["ops"] / 2]
+        trend = ""
+        if len(half) > 1 and half[-1]["ops"] > half[0]["ops"]:
+            slope = ((half[-1]["rss_mb"] - half[0]["rss_mb"]) * 1000 /
+                     (half[-1]["ops"] - half[0]["ops"]))
+            trend = f"; over the second half {slope:+.2f} MB per 1000 operations"
         lines.append(f"daemon RSS: first {rows[0]['rss_mb']:.1f} MB, last "
                      f"{rows[-1]['rss_mb']:.1f} MB, max {max(r['rss_mb'] for r in rows):.1f} MB "
-                     f"(bound +{soak.args.rss_growth_mb} MB)")
+                     f"(bound +{soak.args.rss_growth_mb} MB){trend}")
         lines.append(f"daemon idle CPU: max {max(r['idle_cpu_pct'] for r in soak.rows):.2f} % "
                      f"over {soak.args.soak_idle_seconds:g} s (bound {IDLE_CPU_PCT:g} %)")
     if soak.final:
@@ -841,8 +848,9 @@ def summary(soak, seconds):
     if soak.failures:
         lines.append(f"failures ({len(soak.failures)}), by kind:")
         for n, first in grouped(soak.failures):
+            wl = f" [{', '.join(first['workloads'])}]" if first.get("workloads") else ""
             lines.append(f"  {n} x {first['what']}, first op {first['op']} on "
-                         f"{(first['sandbox'] or '-')[:12]} ({first['status']}): "
+                         f"{(first['sandbox'] or '-')[:12]} ({first['status']}{wl}): "
                          f"{short(first['error'], 600)}")
             for ln in first["log"][-12:]:
                 lines.append(f"      | {short(ln, 400)}")

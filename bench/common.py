@@ -30,7 +30,10 @@ CKPT_TMP = "/dev/shm/sandboxer-checkpoints"  # where the daemon checkpoints a fo
 
 
 def log(msg):
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
+    try:
+        print(f"bench: {msg}", file=sys.stderr, flush=True)
+    except OSError:  # stderr gone (a closed pipe): the cleanup must go on regardless
+        pass
 
 
 class PhaseTimeout(Exception):
