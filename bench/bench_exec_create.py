@@ -11,6 +11,17 @@ on the same machine and the same busybox test image (tests/images/build.py).
                       `podman run -d` until it returns; `runc run -d` on a prepared bundle
                       until it returns (copying the rootfs is not timed). Each is deleted
                       after its sample, untimed.
+  exec, many          last (--n-many, 0 skips it): two new daemons of the same binary, each
+  sandboxes           on its own bridge, one holding only a busybox sandbox to exec in, the
+                      other that too and --many-exited hello-world sandboxes that have exited
+                      and --many-hibernated busybox sandboxes that were hibernated (50 and
+                      50, kept until the end). The same exec round trip (the "nd" client) on
+                      both, interleaved request by request with the order flipped every
+                      round, so that the machine's load hits both alike; printed side by side
+                      with the ratio of the p50s (issue 12: within 10 % of the empty daemon),
+                      and each daemon's CPU time over the same --idle-seconds (5) in which
+                      nobody asks anything (utime + stime of /proc/<pid>/stat; issue 12: ~0,
+                      an integration test fails above 1 %).
 
 Prints a table of p50/p90/p99 in ms (linear interpolation between the closest ranks) with
 the targets. Everything it makes (sandboxes, daemon, registry, podman containers and image,
@@ -26,13 +37,15 @@ import sys
 import time
 
 from common import (PODMAN_OPTS, Interrupted, Podman, Session, check_prerequisites,
-                    keep_log_cleanup, log, machine_info, parser, percentile, print_header,
-                    registry, run, timed_loop)
+                    cpu_ms, interleaved, keep_log_cleanup, log, machine_info, parser,
+                    percentile, print_header, registry, run, timed_loop)
 
 IDLE = ["sleep", "1000000"]
 TARGETS = {("exec echo hi", "sandboxer"): 5.0, ("exec echo hi", "sandboxer nd"): 5.0,
            ("create -> running", "sandboxer"): 150.0,
            ("create -> running", "sandboxer nd"): 150.0}
+MANY_RATIO = 1.10  # exec p50 with many sandboxes / on an empty daemon (issue 12)
+IDLE_CPU_PCT = 1.0  # the daemon's CPU with nothing asked of it, % of one CPU (issue 12)
 
 
 # ---------------------------------------------------------------- bare runc
@@ -159,6 +172,103 @@ class PodmanIdle(Podman):
         return op
 
 
+# ---------------------------------------------------------------- many sandboxes
+
+def wait_status(sbx, sid, want, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        status = sbx.request("GET", f"/sandboxes/{sid}").json().get("status")
+        if status == want:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sandbox {sid} is {status}, not {want}, after {timeout} s")
+        time.sleep(0.1)
+
+
+def populate(sbx, n_exited, n_hibernated, budget, many):
+    """n_exited hello-world sandboxes that have exited and n_hibernated busybox sandboxes
+    that are hibernated, kept (the session's cleanup deletes them). A hibernate the daemon
+    refuses with 409 is tried again (up to 5 times, 0.2 s apart) and noted in many."""
+    deadline = time.monotonic() + budget
+    exited = []
+    for _ in range(n_exited):
+        exited.append(sbx.create(body={"image": "hello-world"}))
+    for sid in exited:
+        wait_status(sbx, sid, "exited", max(5, deadline - time.monotonic()))
+    for _ in range(n_hibernated):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"populating took more than {budget} s")
+        sid = sbx.create()
+        for attempt in range(6):
+            r = sbx.request("POST", f"/sandboxes/{sid}/hibernate", expect=(200, 409),
+                            timeout=180)
+            if r.status_code == 200 or attempt == 5:
+                break
+            many["hibernate_409"].append(r.json().get("detail", r.text)[:300])
+            time.sleep(0.2)
+        if r.json().get("status") != "hibernated":
+            raise RuntimeError(f"hibernate answered {r.status_code} {r.text}")
+
+
+def many_phase(args, session, reg, many):
+    """Two new daemons of the same binary, one holding nothing but the exec target, the other
+    also the exited and hibernated sandboxes; exec p50 on both, interleaved request by
+    request (the order flips every round) so that the machine's load hits both alike, and
+    the idle CPU of both over the same seconds. Results into many (a dict)."""
+    label = f"+{args.many_exited} exited +{args.many_hibernated} hibernated"
+    daemons = [("empty", session.start_daemon(args, "exec", reg)),
+               (label, session.start_daemon(args, "exec", reg))]
+    targets = []
+    for _, d in daemons:
+        d.delete(d.create(body={"image": "hello-world"}))  # pulls, untimed
+        targets.append(d.create())
+    log(f"many: {label} on the second daemon (untimed)")
+    populate(daemons[1][1], args.many_exited, args.many_hibernated, args.phase_timeout, many)
+    ops = [d.exec_op(sid, d.http_nd) for (_, d), sid in zip(daemons, targets)]
+    log(f"many: exec x{args.n_many} on each, interleaved")
+    samples = interleaved("many", ops, args.n_many, args.warmup, args.phase_timeout)
+    time.sleep(0.5)  # whatever the last request started settles
+    pids = [d.proc.pid for _, d in daemons]
+    c0, t0 = [cpu_ms(p) for p in pids], time.monotonic()
+    time.sleep(args.idle_seconds)
+    wall = time.monotonic() - t0
+    for k, (state, _) in enumerate(daemons):
+        used = cpu_ms(pids[k]) - c0[k]
+        many["states"].append({"state": state, "samples": samples[k], "idle_cpu_ms": used,
+                               "idle_cpu_pct": 100.0 * used / (wall * 1000.0),
+                               "idle_seconds": args.idle_seconds})
+
+
+def summarize_many(many):
+    lines = [f"{'exec echo hi, daemon':<36} {'n':>4} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+             f"{'p50 ratio':>9}  {'idle CPU':>16}"]
+    base = None
+    for st in many["states"]:
+        s = sorted(st["samples"])
+        st["p50"], st["p90"], st["p99"] = (percentile(s, p) for p in (50, 90, 99))
+        base = st["p50"] if base is None else base
+        st["ratio"] = st["p50"] / base if base else float("nan")
+        cpu = f"{st['idle_cpu_ms']:.0f} ms ({st['idle_cpu_pct']:.2f} %)"
+        lines.append(f"{st['state']:<36} {len(s):>4} {st['p50']:>8.2f} {st['p90']:>8.2f} "
+                     f"{st['p99']:>8.2f} {st['ratio']:>9.2f}  {cpu:>16}")
+    lines.append("(two new daemons of the same binary, the exec requests interleaved, the idle "
+                 "CPU over the same seconds)")
+    if len(many["states"]) == 2:
+        st = many["states"][1]
+        verdict = "met" if st["ratio"] <= MANY_RATIO else "MISSED"
+        lines.append(f"exec p50 with many sandboxes / empty daemon: {st['ratio']:.2f} "
+                     f"(target <= {MANY_RATIO:.2f}: {verdict})")
+    if many["hibernate_409"]:
+        lines.append(f"note: {len(many['hibernate_409'])} hibernations of a fresh busybox "
+                     f"sandbox answered 409 and were tried again; the first: "
+                     f"{many['hibernate_409'][0]}")
+    for st in many["states"]:
+        verdict = "met" if st["idle_cpu_pct"] <= IDLE_CPU_PCT else "MISSED"
+        lines.append(f"daemon idle CPU, {st['state']}: {st['idle_cpu_ms']:.0f} ms in "
+                     f"{st['idle_seconds']:g} s (target ~0, <= {IDLE_CPU_PCT:g} %: {verdict})")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- main
 
 def summarize(rows):
@@ -188,6 +298,7 @@ def main():
     reg = sbx = rc = pm = failed = None
     session.on_cleanup("the daemon's log", keep_log_cleanup(lambda: sbx, args.keep_log))
     rows = []
+    many = {"states": [], "hibernate_409": []}
     try:
         build = registry._build_module()
         layout = build.ensure("busybox")
@@ -244,6 +355,10 @@ def main():
             rows.append({"bench": "create -> running", "tool": "podman run -d",
                          "samples": timed_loop("podman create", args.n_create_podman, 2,
                                                args.phase_timeout, pm.timed_create)})
+
+        # ---- exec with many sandboxes on the daemon (last: they stay until the end)
+        if args.n_many > 0:
+            many_phase(args, session, reg, many)
     except (Exception, KeyboardInterrupt, Interrupted) as e:
         failed = session.stopped(e, sbx)
     finally:
@@ -255,13 +370,21 @@ def main():
     print("sandboxer:    httpx 0.23 client as it comes, one keep-alive connection")
     print("sandboxer nd: the same client with TCP_NODELAY set on its socket")
     print("nd argv:      POST /sandboxes/{id}/exec {\"argv\":[\"echo\",\"hi\"]} (no sh -c)")
+    if many["states"]:
+        print()
+        print(summarize_many(many))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": info, "rows": [
                 {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
                  if k != "samples"} | {"n": len(r["samples"]),
                                        "samples_ms": [round(x, 3) for x in r["samples"]]}
-                for r in rows]}, f, indent=2)
+                for r in rows], "many": [
+                {k: (round(v, 3) if isinstance(v, float) else v) for k, v in st.items()
+                 if k != "samples"} | {"n": len(st["samples"]),
+                                       "samples_ms": [round(x, 3) for x in st["samples"]]}
+                for st in many["states"]], "many_hibernate_409": many["hibernate_409"]},
+                f, indent=2)
     if failed is not None:
         sys.exit(1)
 

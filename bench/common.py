@@ -30,7 +30,10 @@ CKPT_TMP = "/dev/shm/sandboxer-checkpoints"  # where the daemon checkpoints a fo
 
 
 def log(msg):
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
+    try:
+        print(f"bench: {msg}", file=sys.stderr, flush=True)
+    except OSError:  # stderr gone (a closed pipe): the cleanup must go on regardless
+        pass
 
 
 class PhaseTimeout(Exception):
@@ -58,10 +61,22 @@ SCRIPT_ARGS = {
         ("--n-create-runc", dict(type=int, default=30)),
         ("--n-create-podman", dict(type=int, default=20)),
         ("--warmup", dict(type=int, default=20, help="untimed execs before each series")),
+        ("--n-many", dict(type=int, default=500, help="exec samples on an empty daemon and "
+                          "then on one holding many sandboxes (0: skip that part)")),
+        ("--many-exited", dict(type=int, default=50,
+                               help="hello-world sandboxes left exited for it (default 50)")),
+        ("--many-hibernated", dict(type=int, default=50,
+                                   help="busybox sandboxes left hibernated for it (default 50)")),
+        ("--idle-seconds", dict(type=float, default=5.0, help="how long the daemon's idle CPU "
+                                "time is measured in each state (default 5)")),
     ],
     "fork": [
         ("--sizes", dict(default="50,200", help="MB of touched memory the server holds, "
                          "comma-separated (default 50,200)")),
+        ("--workload", dict(default="exec", help="how the server runs, comma-separated: exec "
+                            "(default: an idle sandbox, the server started through exec with "
+                            "nohup ... &, as agents do) and/or main (the server is the "
+                            "sandbox's main process)")),
         ("--n-fork", dict(type=int, default=10, help="Sandboxer fork samples per size")),
         ("--n-hibernate", dict(type=int, default=10,
                                help="Sandboxer hibernate/wake cycles per size")),
@@ -73,6 +88,29 @@ SCRIPT_ARGS = {
                                help="untimed operations before each series")),
         ("--keep-criu-logs", dict(metavar="DIR", help="copy CRIU's dump.log/restore.log "
                                   "of every Sandboxer operation into DIR")),
+    ],
+    "soak": [
+        ("--ops", dict(type=int, default=2000, help="random lifecycle operations (default "
+                       "2000; the prefill is not counted)")),
+        ("--seed", dict(type=int, default=1, help="the RNG's seed (default 1, so that two "
+                        "runs draw the same operations)")),
+        ("--soak-sandboxes", dict(type=int, default=20,
+                                  help="sandboxes the soak keeps around (default 20)")),
+        ("--check-every", dict(type=int, default=100,
+                               help="operations between leak checks (default 100)")),
+        ("--soak-exec-samples", dict(type=int, default=100, help="exec samples for the "
+                                     "p50 at each check, on each daemon (default 100)")),
+        ("--exec-bound", dict(type=float, default=1.20, help="exec p50 (over an idle "
+                              "control daemon's) at most this many times the first check's "
+                              "(default 1.20)")),
+        ("--rss-growth-mb", dict(type=int, default=32, help="the daemon's RSS at most this "
+                                 "many MB above the first check's (default 32)")),
+        ("--op-timeout", dict(type=int, default=120,
+                              help="seconds for one request of an operation (default 120)")),
+        ("--skip-ops", dict(default="", help="operations left out, comma-separated (e.g. "
+                            "coalesce while a known bug in it would mask the rest)")),
+        ("--soak-idle-seconds", dict(type=float, default=3.0, help="seconds of the daemon's "
+                                     "idle CPU measured at each check (default 3)")),
     ],
     "proxy": [
         ("--n-small", dict(type=int, default=500,
@@ -148,6 +186,22 @@ def run(argv, timeout=OP_TIMEOUT, check=True, **kw):
     return r
 
 
+def cpu_ms(pid):
+    """utime + stime of process pid (all its threads) in ms, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu(pid, seconds):
+    """CPU time (ms) process pid uses over seconds in which nobody asks it anything, and that
+    as a share of one CPU (%)."""
+    c0, t0 = cpu_ms(pid), time.monotonic()
+    time.sleep(seconds)
+    used, wall = cpu_ms(pid) - c0, time.monotonic() - t0
+    return used, 100.0 * used / (wall * 1000.0)
+
+
 def timed_run(argv, timeout=OP_TIMEOUT):
     """run(argv) and its wall time in ms."""
     t0 = time.perf_counter_ns()
@@ -175,6 +229,24 @@ def timed_loop(name, n, warmup, budget, op):
             log(f"{name}: phase budget of {budget} s spent after {len(samples)} of {n} samples")
             break
         samples.append(op())
+    return samples
+
+
+def interleaved(name, ops, n, warmup, budget):
+    """warmup untimed rounds, then n timed ones, of each op in ops one after the other (the
+    order flipping every round), so that the machine's load hits them alike; returns one
+    list of samples (ms) per op. Stops early (and says so) past budget seconds."""
+    deadline = time.monotonic() + budget
+    for _ in range(warmup):
+        for op in ops:
+            op()
+    samples = [[] for _ in ops]
+    for i in range(n):
+        if time.monotonic() > deadline:
+            log(f"{name}: phase budget of {budget} s spent after {i} of {n} rounds")
+            break
+        for k in (range(len(ops)) if i % 2 == 0 else reversed(range(len(ops)))):
+            samples[k].append(ops[k]())
     return samples
 
 
@@ -381,9 +453,11 @@ class OwnNetwork:
     any other daemon on the host; cleanup() removes the bridge and the tables (register it
     before the daemon's cleanup: it runs after the daemon stopped)."""
 
-    def __init__(self, tag):
-        self.bridge = f"sbb{os.getpid() % 100000}"
-        self.table = f"sbxbench_{tag}_{os.getpid()}"
+    def __init__(self, tag, index=0):
+        # index: a second daemon of the same run gets a bridge and table of its own
+        suffix = chr(ord("a") + index) if index else ""
+        self.bridge = f"sbb{os.getpid() % 100000}{suffix}"
+        self.table = f"sbxbench_{tag}_{os.getpid()}{suffix}"
         used = run(["ip", "-4", "route", "show"], check=False, text=True).stdout
         for second in list(range(200, 250)) + list(range(100, 150)):
             if f"10.{second}." not in used:
@@ -452,13 +526,20 @@ class Session:
         reg = registry.start_registry(workdir=os.path.join(self.workdir, "registry"))
         self.on_cleanup("registry", reg.stop)
         registry.push_test_images(reg, names=names, python=python)
-        net = OwnNetwork(tag)
+        return reg, self.start_daemon(args, tag, reg)
+
+    def start_daemon(self, args, tag, reg):
+        """One more daemon (the first is "sandboxer", the next "sandboxer-2" ...) pulling
+        from reg, on a network of its own; cleaned up with the session."""
+        self.daemons += 1
+        net = OwnNetwork(tag, self.daemons - 1)
         self.on_cleanup("bridge and nftables table", net.cleanup)
-        sbx = Sandboxer(args.bin, os.path.join(self.workdir, "sandboxer"), reg.url,
+        name = "sandboxer" if self.daemons == 1 else f"sandboxer-{self.daemons}"
+        sbx = Sandboxer(args.bin, os.path.join(self.workdir, name), reg.url,
                         args.log_level, extra_args=net.args())
-        self.on_cleanup("sandboxer", sbx.cleanup)
+        self.on_cleanup(name, sbx.cleanup)
         sbx.start()
-        return reg, sbx
+        return sbx
 
     def stopped(self, e, sbx):
         """A run ended by e: stop the time limits, say why (with the daemon's log tail when
@@ -481,6 +562,7 @@ class Session:
         self.prefix = f"sbx-bench-{os.getpid()}"
         self.workdir = tempfile.mkdtemp(prefix="sbx-bench-")
         self.cleanups = []
+        self.daemons = 0
         self.t_start = time.monotonic()
 
     def disarm(self):
