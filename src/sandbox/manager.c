@@ -301,6 +301,8 @@ void sbx_close(sbx_mgr_t *m)
         close(m->wake_fd);
     pthread_mutex_destroy(&m->lock);
     free(m->sandboxes_dir);
+    if (m->fork_ckpt_dir) /* empty by now (a fork removes its images): leave no dir behind */
+        rmdir(m->fork_ckpt_dir);
     free(m->fork_ckpt_dir);
     free(m->agent_dir);
     free(m->criu_conf);

@@ -167,6 +167,11 @@ def cleanup_state(state_dir):
             remove_cgroups(cid)
     subprocess.run(["pkill", "-KILL", "-f", f"internal-shim .*{state_dir}/"],
                    capture_output=True, timeout=30)
+    # The daemon's own dir of fork checkpoints in /dev/shm (named by its state dir).
+    import hashlib
+    shutil.rmtree(os.path.join("/dev/shm/sandboxer-checkpoints",
+                               hashlib.sha256(state_dir.encode()).hexdigest()[:16]),
+                  ignore_errors=True)
     with open("/proc/mounts") as f:
         mounts = [line.split()[1] for line in f]
     for m in reversed(mounts):
