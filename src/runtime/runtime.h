@@ -62,6 +62,20 @@ struct spec_opts {
 /* Build the container's config.json (a new reference in *out). */
 int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err);
 
+/* A group of syscalls of the default seccomp profile, with one answer for all of them. */
+struct seccomp_group {
+    const char *name;         /* short, for tests and docs: "io_uring", "mounts", ... */
+    int errnum;               /* 0: allowed; else the errno they answer (EPERM, ENOSYS) */
+    const char *const *names; /* syscall names, NULL-terminated */
+};
+/* The profile's groups (src/runtime/seccomp.c, where each says why). Conditional rules
+ * (clone's namespace flags, socket's families, personality) are not in the table. */
+extern const struct seccomp_group runtime_seccomp_groups[];
+extern const size_t runtime_seccomp_ngroups;
+/* The default seccomp profile as the OCI spec's linux.seccomp object (a new reference): an
+ * allow list; unknown syscalls answer ENOSYS. */
+json_t *runtime_seccomp_profile(void);
+
 /* How the daemon runs containers. */
 struct runtime_config {
     const char *runtime;  /* "runc" (path or name) */

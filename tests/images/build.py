@@ -9,6 +9,9 @@ Debian mirror apt already uses (and that only for the optional python image).
                Cmd ["python3"]. Takes minutes the first time: build it only when asked.
   node         the python image with Debian's nodejs too; Cmd ["node"]. Built only when
                asked, like python.
+  devtools     the python recipe with what developers' sandboxes run: git, gcc and
+               libc6-dev, python3-pip, nodejs and npm, ca-certificates; Cmd ["bash"]. Built
+               only when asked (the seccomp tests use it); larger and slower than python.
 
 Each image is one gzip layer with a proper config (architecture, os, rootfs.diff_ids,
 history) and manifest, under <cache>/<name>/ (default /var/cache/sandboxer/test-images).
@@ -39,12 +42,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE = "/var/cache/sandboxer/test-images"
-IMAGES = ("hello-world", "busybox", "python", "node", "webapp")
+IMAGES = ("hello-world", "busybox", "python", "node", "webapp", "devtools")
 CREATED = "2024-01-01T00:00:00Z"
 EPOCH = 1704067200  # CREATED as Unix time: every entry's mtime, for reproducible layers
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYTHON_RECIPE = "python v1: bookworm minbase +python3, user sbx 1000, no apt lists/caches"
 NODE_RECIPE = "node v1: the python recipe +nodejs"
+DEVTOOLS_RECIPE = "devtools v1: the python recipe +git gcc libc6-dev python3-pip nodejs npm"
+DEVTOOLS_PACKAGES = "python3,python3-pip,git,gcc,libc6-dev,ca-certificates,nodejs,npm"
 
 MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MT_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -287,12 +292,21 @@ def build_node(layout, work):
     build_python(layout, work, "node", "python3,nodejs", ("node",))
 
 
+def build_devtools(layout, work):
+    build_python(layout, work, "devtools", DEVTOOLS_PACKAGES, ("bash",))
+
+
 BUILDERS = {"hello-world": build_hello, "busybox": build_busybox, "python": build_python,
-            "node": build_node, "webapp": build_webapp}
+            "node": build_node, "webapp": build_webapp, "devtools": build_devtools}
 
 
 def input_key(name):
     h = hashlib.sha256()
+    if name == "devtools":  # like python's: its own recipe only, no debootstrap for edits
+        for part in (DEVTOOLS_RECIPE, DEVTOOLS_PACKAGES, inspect.getsource(build_python),
+                     inspect.getsource(build_devtools), oci_arch()):
+            h.update(part.encode())
+        return h.hexdigest()
     if name in ("python", "node"):
         h.update(PYTHON_RECIPE.encode())
         h.update(inspect.getsource(build_python).encode())

@@ -224,30 +224,32 @@ def test_a_cold_wake_asked_for_starts_from_the_files(sbx):
 
 # ---- a failed fork or hibernation leaves everything as it was ----
 
-IO_URING = r"""
+# A process holding a Landlock ruleset fd, which CRIU cannot checkpoint (it was io_uring until
+# the seccomp profile refused io_uring; a Landlock ruleset is allowed, as under Docker).
+LANDLOCK = r"""
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
-params = (ctypes.c_char * 120)()
-fd = libc.syscall(425, 8, params)  # io_uring_setup
-open("/tmp/uring", "w").write(str(fd))
+handled = ctypes.c_uint64(1)  # struct landlock_ruleset_attr: handled_access_fs = EXECUTE
+fd = libc.syscall(444, ctypes.byref(handled), 8, 0)  # landlock_create_ruleset
+open("/tmp/landlock", "w").write(str(fd))
 while True:
     time.sleep(1)
 """
 
 
-def uring_sandbox(sbx):
+def landlock_sandbox(sbx):
     sid = sbx.create("python")["id"]
-    sbx.sh(sid, f"nohup python3 -c '{IO_URING}' >/dev/null 2>&1 &")
-    fd = wait_for("io_uring", lambda: sbx.sh(sid, "cat /tmp/uring 2>/dev/null")["stdout"])
+    sbx.sh(sid, f"nohup python3 -c '{LANDLOCK}' >/dev/null 2>&1 &")
+    fd = wait_for("landlock", lambda: sbx.sh(sid, "cat /tmp/landlock 2>/dev/null")["stdout"])
     if int(fd) < 0:
-        pytest.fail("io_uring_setup is refused in this sandbox: the test needs a process "
-                    "CRIU cannot checkpoint; pick another")
+        pytest.fail("landlock_create_ruleset is refused in this sandbox: the test needs a "
+                    "process CRIU cannot checkpoint; pick another")
     return sid
 
 
 def test_a_fork_that_fails_names_the_process_and_leaves_the_parent(sbx, sbx_daemon):
-    sid = uring_sandbox(sbx)
-    pid = sbx.sh(sid, "for p in /proc/[0-9]*; do grep -qs 'io_uring' $p/cmdline && "
+    sid = landlock_sandbox(sbx)
+    pid = sbx.sh(sid, "for p in /proc/[0-9]*; do grep -qs 'landlock' $p/cmdline && "
                       "basename $p; done | head -1")["stdout"].strip()
     before = sbx.get("/sandboxes").json()["sandboxes"]
     r = sbx.post(f"/sandboxes/{sid}/fork", json={}, timeout=120)
@@ -259,7 +261,7 @@ def test_a_fork_that_fails_names_the_process_and_leaves_the_parent(sbx, sbx_daem
     assert sbx.get("/sandboxes").json()["sandboxes"] == before
     assert sbx.get(f"/sandboxes/{sid}").json()["status"] == "running"
     assert runc_state(sbx_daemon, sid) == "running"
-    assert sbx.sh(sid, "cat /tmp/uring")["exit_code"] == 0
+    assert sbx.sh(sid, "cat /tmp/landlock")["exit_code"] == 0
     assert "criu.dump_error" in sbx_daemon.log()
     assert pid == "" or sbx.sh(sid, f"test -d /proc/{pid}")["exit_code"] == 0
 
@@ -269,18 +271,18 @@ def test_an_idle_hibernation_that_fails_keeps_the_sandbox_running(registry_url, 
     try:
         d.start()
         c = Sandboxes(d.url, d.admin_token)
-        sid = uring_sandbox(c)
+        sid = landlock_sandbox(c)
         r = c.patch(f"/sandboxes/{sid}", json={"label": "x"})
         assert r.status_code == 200
         # idle_timeout is set at create; make one that reaps after 1 s.
         sid2 = c.create("python", idle_timeout=1)["id"]
-        c.sh(sid2, f"nohup python3 -c '{IO_URING}' >/dev/null 2>&1 &")
+        c.sh(sid2, f"nohup python3 -c '{LANDLOCK}' >/dev/null 2>&1 &")
         info = wait_for("the reaper's attempt", lambda: (j := c.get(f"/sandboxes/{sid2}").json())
                         ["last_error"] and j, timeout=60)
         assert info["status"] == "running" and info["last_error"]["op"] == "hibernate"
-        assert "io_uring" in info["last_error"]["detail"] or \
+        assert "Landlock" in info["last_error"]["detail"] or \
             "checkpoint" in info["last_error"]["detail"]
-        assert c.sh(sid2, "cat /tmp/uring")["exit_code"] == 0  # it still works
+        assert c.sh(sid2, "cat /tmp/landlock")["exit_code"] == 0  # it still works
         c.cleanup()
     finally:
         d.kill()
