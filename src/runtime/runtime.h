@@ -22,6 +22,9 @@ enum cgroup_mode runtime_cgroup_mode(void);
  * was on, -1: no cgroup2 hierarchy or the kernel refused (err says).
  */
 int runtime_cgroup_favor_dynmods(const char **where, err_t *err);
+/* Whether favordynmods is on (1) or off (0) now, without changing it; -1: no cgroup2
+ * hierarchy. *where gets the path looked at. */
+int runtime_cgroup_favordynmods_on(const char **where);
 
 /* What a sandbox's cgroup says; -1 where it says nothing (no such file, no limit). */
 struct cgroup_stats {
