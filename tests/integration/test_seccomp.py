@@ -218,7 +218,7 @@ Description: a package built by test_seccomp.py
 """
 DEB_POSTINST = """#!/bin/sh
 set -e
-useradd --system --no-create-home sbxprobe
+getent passwd sbxprobe >/dev/null || useradd --system --no-create-home sbxprobe
 echo installed > /var/lib/sbx-probe.state
 """
 
