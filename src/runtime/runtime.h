@@ -76,8 +76,11 @@ struct seccomp_group {
 extern const struct seccomp_group runtime_seccomp_groups[];
 extern const size_t runtime_seccomp_ngroups;
 /* The default seccomp profile as the OCI spec's linux.seccomp object (a new reference): an
- * allow list; unknown syscalls answer ENOSYS. */
+ * allow list; unknown syscalls answer ENOSYS. Architectures: x86_64, x86, and x32 where the
+ * kernel runs x32 code. */
 json_t *runtime_seccomp_profile(void);
+/* True if this kernel runs x32 syscalls (tested once). */
+bool runtime_seccomp_x32(void);
 
 /* How the daemon runs containers. */
 struct runtime_config {

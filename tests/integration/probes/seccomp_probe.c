@@ -86,8 +86,12 @@ static void in_child(const char *name, long (*fn)(void))
         _exit(rc >= 0 ? 0 : (errno & 0xff));
     }
     int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st)) {
+    if (pid < 0 || waitpid(pid, &st, 0) < 0) {
         printf("%s child-failed\n", name);
+        return;
+    }
+    if (WIFSIGNALED(st)) {
+        printf("%s killed-by-%d\n", name, WTERMSIG(st));
         return;
     }
     errno = WEXITSTATUS(st);
@@ -120,6 +124,11 @@ static long clone3_plain(void)
 static long traceme(void)
 {
     return syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0);
+}
+
+static long x32_getpid(void)
+{
+    return syscall(0x40000000L | SYS_getpid); /* __X32_SYSCALL_BIT */
 }
 
 static long newuser(void)
@@ -185,6 +194,7 @@ static void refused(void)
     report("socket_vsock", socket(40 /* AF_VSOCK */, SOCK_STREAM, 0));
     report("socket_alg", socket(38 /* AF_ALG */, SOCK_SEQPACKET, 0));
     report("personality_no_aslr", personality(ADDR_NO_RANDOMIZE));
+    in_child("x32_getpid", x32_getpid);
     /* A syscall the profile does not list: ENOSYS, as from a kernel without it. */
     report("ustat", syscall(SYS_ustat, 0, (void *)1));
 }
