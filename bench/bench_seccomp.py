@@ -10,9 +10,12 @@ rounds alternating between the two so that the load of a shared machine falls on
                       batches
   exec echo hi        POST /sandboxes/{id}/execute {"code":"echo hi"}, TCP_NODELAY client
   create -> running   POST /sandboxes {"image":"busybox"}, deleted after each sample
+  fork (CRIU)         POST /sandboxes/{id}/fork of an idle busybox sandbox (the child is
+                      restored by CRIU, which installs the filter it dumped: runc does not
+                      compile it), the child deleted after each sample
 
-Prints the median of the rounds for the syscalls and p50/p90 of all samples for exec and
-create, per daemon, with the profile its config.json carries. Run as root; cleans up
+Prints the median of the rounds for the syscalls and p50/p90 of all samples for exec, create
+and fork, per daemon, with the profile its config.json carries. Run as root; cleans up
 everything it made, also on error or Ctrl-C.
 """
 import ctypes
@@ -20,6 +23,7 @@ import json
 import os
 import statistics
 import subprocess
+import time
 
 from common import (Interrupted, OwnNetwork, Sandboxer, Session, log, machine_info, parser,
                     percentile, print_header, registry, timed_loop)
@@ -73,6 +77,17 @@ def syscalls(sbx, sid, probe):
     return {name: float(ns) for name, ns in (line.split() for line in r["stdout"].splitlines())}
 
 
+def fork_op(sbx, sid):
+    def op():
+        t0 = time.perf_counter_ns()
+        r = sbx.request("POST", f"/sandboxes/{sid}/fork", expect=(201,), json={}, timeout=300)
+        dt = (time.perf_counter_ns() - t0) / 1e6
+        sbx.ids.add(r.json()["id"])
+        sbx.delete(r.json()["id"])
+        return dt
+    return op
+
+
 def one_round(sbx, probe, args, results):
     sid = sbx.create(sbx.http_nd)
     results.setdefault("profile", profile_of(sbx, sid))
@@ -81,6 +96,8 @@ def one_round(sbx, probe, args, results):
         results.setdefault(name, []).append(ns)
     results.setdefault("exec", []).extend(timed_loop(
         "exec", args.sc_n_exec, 20, args.phase_timeout, sbx.exec_op(sid, sbx.http_nd)))
+    results.setdefault("fork", []).extend(timed_loop(
+        "fork", args.sc_n_fork, 1, args.phase_timeout, fork_op(sbx, sid)))
     sbx.delete(sid)
     results.setdefault("create", []).extend(timed_loop(
         "create", args.sc_n_create, 2, args.phase_timeout, sbx.create_op(sbx.http_nd)))
@@ -88,17 +105,18 @@ def one_round(sbx, probe, args, results):
 
 def table(daemons):
     lines = [f"{'measure':<22} {'daemon':<8} {'profile':<24} {'value':>18}"]
-    for metric in ("bpf", "getppid", "socket+close", "fork+wait", "exec", "create"):
+    for metric in ("bpf", "getppid", "socket+close", "fork+wait", "exec", "create", "fork"):
         for label, res in daemons.items():
             v = res.get(metric, [])
             if not v:
                 continue
             if metric == "bpf":
                 val, name = f"{v[0]} instructions", "filter size"
-            elif metric in ("exec", "create"):
+            elif metric in ("exec", "create", "fork"):
                 s = sorted(v)
                 val = f"p50 {percentile(s, 50):.2f} p90 {percentile(s, 90):.2f} ms"
-                name = "exec echo hi" if metric == "exec" else "create -> running"
+                name = {"exec": "exec echo hi", "create": "create -> running",
+                        "fork": "fork (CRIU)"}[metric]
             else:
                 val = f"{statistics.median(v):.1f} ns/call"
                 name = metric

@@ -88,6 +88,7 @@ SCRIPT_ARGS = {
         ("--sc-rounds", dict(type=int, default=4, help="rounds, alternating the daemons")),
         ("--sc-n-exec", dict(type=int, default=200, help="exec samples per round")),
         ("--sc-n-create", dict(type=int, default=10, help="create samples per round")),
+        ("--sc-n-fork", dict(type=int, default=5, help="fork samples per round")),
     ],
     "terminal": [
         ("--n-open", dict(type=int, default=100,
