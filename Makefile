@@ -28,8 +28,10 @@ $(BUILD)/build.ninja:
 build: setup $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
-# Start the daemon in the foreground (first start prints the admin token once).
+# Start the daemon in the foreground (first start prints the admin token once), after a
+# one-line summary of the host checks (`sandboxer doctor` prints them in full).
 run: build
+	@./$(BUILD)/sandboxer doctor --short || true
 	./$(BUILD)/sandboxer serve $(ARGS)
 
 test: build

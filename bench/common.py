@@ -120,6 +120,14 @@ SCRIPT_ARGS = {
         ("--proxy-warmup", dict(type=int, default=50,
                                 help="untimed small GETs per path before the series")),
     ],
+    "seccomp": [
+        ("--bin-old", dict(metavar="PATH", help="the other sandboxer binary to compare with "
+                           "(e.g. one built before the allow list)")),
+        ("--sc-rounds", dict(type=int, default=4, help="rounds, alternating the daemons")),
+        ("--sc-n-exec", dict(type=int, default=200, help="exec samples per round")),
+        ("--sc-n-create", dict(type=int, default=10, help="create samples per round")),
+        ("--sc-n-fork", dict(type=int, default=5, help="fork samples per round")),
+    ],
     "terminal": [
         ("--n-open", dict(type=int, default=100,
                           help="terminal open samples per tool (default 100)")),

@@ -600,6 +600,41 @@ static const struct cli_verb verbs[] = {
         .help = "Runs the daemon. It is not a client command: see `sandboxer serve --help`.\n",
     },
     {
+        .name = "doctor",
+        .section = "The daemon",
+        .run = cmd_doctor,
+        .summary = "check this host for a sandbox server, and fix its sysctls",
+        .synopsis = "[--fix] [--short] [--state-dir DIR] [--timeout SECS] [CHECK...]",
+        .help = "Checks the machine it runs on (as root; no daemon needed) and prints a table:\n"
+                "each check's status, how much it matters, what was found and, where it falls\n"
+                "short, the fix. Required (the daemon cannot run sandboxes without it): root,\n"
+                "the kernel version, cgroup controllers, runc, overlayfs on the state dir.\n"
+                "Recommended (a feature or a hardening is missing): cgroup v2, favordynmods,\n"
+                "CRIU and our CRIU build, overlay index/nfs_export, disk quotas, user\n"
+                "namespaces and idmapped mounts, and sysctls: kernel.dmesg_restrict,\n"
+                "kernel.kptr_restrict, kernel.unprivileged_bpf_disabled,\n"
+                "kernel.perf_event_paranoid, fs.protected_{symlinks,hardlinks,fifos,regular}.\n"
+                "Optional: /dev/kvm, runsc and its ptrace and kvm platforms (each probe is\n"
+                "killed after --timeout: runsc --platform=kvm hangs on a nested VM).\n"
+                "CHECK names limit the run to those checks (and --fix to their sysctls).\n"
+                "\n"
+                "The exit status is 1 when a required check fails (or --fix could not set a\n"
+                "sysctl), else 0; --json prints the checks as JSON.\n"
+                "\n"
+                "Options:\n"
+                "  --fix            set the recommended sysctls that are off, now and in\n"
+                "                   /etc/sysctl.d/90-sandboxer.conf (asks nothing; prints what\n"
+                "                   it changed)\n"
+                "  --short          one summary line, without the runsc platform probes (what\n"
+                "                   `make run` prints)\n"
+                "  --state-dir DIR  the daemon's state dir, where quotas and overlayfs are\n"
+                "                   probed (default $SANDBOXER_STATE_DIR or /var/lib/sandboxer)\n"
+                "  --timeout SECS   how long each tool and probe may take (default 5)\n",
+        .opts = "fix,short,state-dir=,timeout=",
+        .min_args = 0,
+        .max_args = -1,
+    },
+    {
         .name = "version",
         .section = "The daemon",
         .run = cmd_version,

@@ -224,6 +224,8 @@ const struct cli_verb *cli_verb_table(size_t *n);
 int cmd_attach(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_events(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_caddy_config(cli_t *cli, const cli_args_t *args, err_t *err);
+/* sandboxer doctor: host checks (src/doctor/), no daemon. */
+int cmd_doctor(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_logs(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_cp(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_image_pull(cli_t *cli, const cli_args_t *args, err_t *err);

@@ -63,6 +63,17 @@ static bool has_option(const char *list, const char *opt)
     return false;
 }
 
+int runtime_cgroup_favordynmods_on(const char **where)
+{
+    const char *path =
+        runtime_cgroup_mode() == CGROUP_V2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
+    *where = path;
+    char opts[256];
+    if (!cgroup2_super_options(path, opts, sizeof(opts)))
+        return -1;
+    return has_option(opts, "favordynmods") ? 1 : 0;
+}
+
 int runtime_cgroup_favor_dynmods(const char **where, err_t *err)
 {
     const char *path =

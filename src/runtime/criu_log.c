@@ -57,6 +57,7 @@ static const struct {
     {"tty", "holds a terminal (a PTY) that cannot be checkpointed: end it, or run it without "
             "a terminal"},
     {"io_uring", "uses io_uring, which cannot be checkpointed"},
+    {"landlock", "holds a Landlock ruleset, which cannot be checkpointed"},
     {"traced", "is being traced (ptrace): detach the tracer first"},
     {"ptrace", "is being traced (ptrace): detach the tracer first"},
     {"Can't dump half of stream unix", "is connected to a unix socket outside the sandbox"},

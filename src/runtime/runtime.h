@@ -22,6 +22,9 @@ enum cgroup_mode runtime_cgroup_mode(void);
  * was on, -1: no cgroup2 hierarchy or the kernel refused (err says).
  */
 int runtime_cgroup_favor_dynmods(const char **where, err_t *err);
+/* Whether favordynmods is on (1) or off (0) now, without changing it; -1: no cgroup2
+ * hierarchy. *where gets the path looked at. */
+int runtime_cgroup_favordynmods_on(const char **where);
 
 /* What a sandbox's cgroup says; -1 where it says nothing (no such file, no limit). */
 struct cgroup_stats {
@@ -61,6 +64,23 @@ struct spec_opts {
 
 /* Build the container's config.json (a new reference in *out). */
 int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err);
+
+/* A group of syscalls of the default seccomp profile, with one answer for all of them. */
+struct seccomp_group {
+    const char *name;         /* short, for tests and docs: "io_uring", "mounts", ... */
+    int errnum;               /* 0: allowed; else the errno they answer (EPERM, ENOSYS) */
+    const char *const *names; /* syscall names, NULL-terminated */
+};
+/* The profile's groups (src/runtime/seccomp.c, where each says why). Conditional rules
+ * (clone's namespace flags, socket's families, personality) are not in the table. */
+extern const struct seccomp_group runtime_seccomp_groups[];
+extern const size_t runtime_seccomp_ngroups;
+/* The default seccomp profile as the OCI spec's linux.seccomp object (a new reference): an
+ * allow list; unknown syscalls answer ENOSYS. Architectures: x86_64, x86, and x32 where the
+ * kernel runs x32 code. */
+json_t *runtime_seccomp_profile(void);
+/* True if this kernel runs x32 syscalls (tested once). */
+bool runtime_seccomp_x32(void);
 
 /* How the daemon runs containers. */
 struct runtime_config {

@@ -38,105 +38,12 @@ static const char *const readonly_paths[] = {
     "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 };
 
-/* Syscalls no sandbox needs and that widen the kernel's attack surface: EPERM. */
-static const char *const denied_syscalls[] = {
-    "acct",
-    "add_key",
-    "bpf",
-    "clock_adjtime",
-    "clock_settime",
-    "create_module",
-    "delete_module",
-    "finit_module",
-    "fsconfig",
-    "fsmount",
-    "fsopen",
-    "fspick",
-    "get_kernel_syms",
-    "get_mempolicy",
-    "init_module",
-    "ioperm",
-    "iopl",
-    "kcmp",
-    "kexec_file_load",
-    "kexec_load",
-    "keyctl",
-    "lookup_dcookie",
-    "mbind",
-    "mount",
-    "mount_setattr",
-    "move_mount",
-    "move_pages",
-    "name_to_handle_at",
-    "nfsservctl",
-    "open_by_handle_at",
-    "open_tree",
-    "perf_event_open",
-    "pivot_root",
-    "process_vm_readv",
-    "process_vm_writev",
-    "ptrace",
-    "query_module",
-    "quotactl",
-    "quotactl_fd",
-    "reboot",
-    "request_key",
-    "set_mempolicy",
-    "setns",
-    "settimeofday",
-    "stime",
-    "swapoff",
-    "swapon",
-    "sysfs",
-    "syslog",
-    "umount",
-    "umount2",
-    "unshare",
-    "uselib",
-    "userfaultfd",
-    "ustat",
-    "vm86",
-    "vm86old",
-    "adjtimex",
-};
-
 static json_t *str_array(const char *const *v, size_t n)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(a, json_string(v[i]));
     return a;
-}
-
-static json_t *errno_rule(const char *name, int err)
-{
-    return json_pack("{s:[s], s:s, s:i}", "names", name, "action", "SCMP_ACT_ERRNO", "errnoRet",
-                     err);
-}
-
-static json_t *seccomp(void)
-{
-    json_t *rules = json_array();
-    json_array_append_new(rules, json_pack("{s:o, s:s, s:i}", "names",
-                                           str_array(denied_syscalls, ARRAY_SIZE(denied_syscalls)),
-                                           "action", "SCMP_ACT_ERRNO", "errnoRet", 1));
-    /*
-     * clone with any namespace flag is refused, as unshare is. libseccomp has no
-     * "masked not equal", so one rule per flag: (flags & bit) == bit → EPERM.
-     */
-    static const json_int_t ns_bits[] = {0x00020000, 0x02000000, 0x04000000, 0x08000000,
-                                         0x10000000, 0x20000000, 0x40000000};
-    for (size_t i = 0; i < ARRAY_SIZE(ns_bits); i++) {
-        json_t *r = errno_rule("clone", 1);
-        json_object_set_new(r, "args",
-                            json_pack("[{s:i, s:I, s:I, s:s}]", "index", 0, "value", ns_bits[i],
-                                      "valueTwo", ns_bits[i], "op", "SCMP_CMP_MASKED_EQ"));
-        json_array_append_new(rules, r);
-    }
-    /* clone3's flags live in memory seccomp cannot read: ENOSYS makes libc fall back. */
-    json_array_append_new(rules, errno_rule("clone3", 38));
-    return json_pack("{s:s, s:[s,s,s], s:o}", "defaultAction", "SCMP_ACT_ALLOW", "architectures",
-                     "SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "syscalls", rules);
 }
 
 static json_t *mount(const char *dest, const char *type, const char *src, json_t *opts)
@@ -255,12 +162,12 @@ static json_t *namespaces(const struct spec_opts *o)
 int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err)
 {
     _cleanup_free_ char *cgpath = xasprintf("/sandboxer/%s", o->id);
-    json_t *linux_ =
-        json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:s}}", "cgroupsPath", cgpath,
-                  "resources", resources(o), "namespaces", namespaces(o), "maskedPaths",
-                  str_array(masked_paths, ARRAY_SIZE(masked_paths)), "readonlyPaths",
-                  str_array(readonly_paths, ARRAY_SIZE(readonly_paths)), "seccomp", seccomp(),
-                  "devices", json_array(), "sysctl", "net.ipv4.ping_group_range", "0 2147483647");
+    json_t *linux_ = json_pack(
+        "{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:s}}", "cgroupsPath", cgpath, "resources",
+        resources(o), "namespaces", namespaces(o), "maskedPaths",
+        str_array(masked_paths, ARRAY_SIZE(masked_paths)), "readonlyPaths",
+        str_array(readonly_paths, ARRAY_SIZE(readonly_paths)), "seccomp", runtime_seccomp_profile(),
+        "devices", json_array(), "sysctl", "net.ipv4.ping_group_range", "0 2147483647");
     json_t *spec = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2",
                              "process", process(o), "root", "path", "rootfs", "readonly", 0,
                              "hostname", o->hostname, "mounts", mounts(o), "linux", linux_);

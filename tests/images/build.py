@@ -9,6 +9,9 @@ Debian mirror apt already uses (and that only for the optional python image).
                Cmd ["python3"]. Takes minutes the first time: build it only when asked.
   node         the python image with Debian's nodejs too; Cmd ["node"]. Built only when
                asked, like python.
+  devtools     the python recipe with what developers' sandboxes run: git, gcc and
+               libc6-dev, python3-pip, nodejs and npm, ca-certificates; Cmd ["bash"]. Built
+               only when asked (the seccomp tests use it); larger and slower than python.
 
 Each image is one gzip layer with a proper config (architecture, os, rootfs.diff_ids,
 history) and manifest, under <cache>/<name>/ (default /var/cache/sandboxer/test-images).
@@ -39,12 +42,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE = "/var/cache/sandboxer/test-images"
-IMAGES = ("hello-world", "busybox", "python", "node", "webapp")
+IMAGES = ("hello-world", "busybox", "python", "node", "webapp", "devtools")
 CREATED = "2024-01-01T00:00:00Z"
 EPOCH = 1704067200  # CREATED as Unix time: every entry's mtime, for reproducible layers
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYTHON_RECIPE = "python v1: bookworm minbase +python3, user sbx 1000, no apt lists/caches"
 NODE_RECIPE = "node v1: the python recipe +nodejs"
+DEVTOOLS_RECIPE = "devtools v1: the python recipe +git gcc libc6-dev python3-pip nodejs npm"
+DEVTOOLS_PACKAGES = "python3,python3-pip,git,gcc,libc6-dev,ca-certificates,nodejs"
 
 MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MT_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -287,12 +292,50 @@ def build_node(layout, work):
     build_python(layout, work, "node", "python3,nodejs", ("node",))
 
 
+def build_devtools(layout, work):
+    """debootstrap cannot resolve npm's dependencies (virtual packages): apt installs it in
+    the new root afterwards. Its own code rather than a change to build_python, whose source
+    is the python image's cache key."""
+    rootfs = os.path.join(work, "rootfs")
+    mirror = apt_mirror()
+    log(f"debootstrap bookworm (minbase + {DEVTOOLS_PACKAGES}) from {mirror}, then npm; "
+        "this takes minutes")
+    subprocess.run(["debootstrap", "--variant=minbase", "--include=" + DEVTOOLS_PACKAGES,
+                    "bookworm", rootfs, mirror], check=True, stdout=subprocess.DEVNULL)
+    env = {"PATH": PATH_ENV[5:], "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8"}
+    for cmd in (["apt-get", "update", "-q"],
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", "npm"]):
+        subprocess.run(["chroot", rootfs] + cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    with open(os.path.join(rootfs, "etc", "passwd"), "a") as f:
+        f.write("sbx:x:1000:1000:sbx:/home/sbx:/bin/sh\n")
+    with open(os.path.join(rootfs, "etc", "group"), "a") as f:
+        f.write("sbx:x:1000:\n")
+    os.makedirs(os.path.join(rootfs, "home", "sbx"), exist_ok=True)
+    os.chown(os.path.join(rootfs, "home", "sbx"), 1000, 1000)
+    for pattern in ("dev/*", "proc/*", "sys/*", "run/*", "tmp/*", "var/cache/apt/*.bin",
+                    "var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*.log",
+                    "var/log/apt/*", "var/log/bootstrap.log", "debootstrap"):
+        for p in glob.glob(os.path.join(rootfs, pattern)):
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            elif os.path.lexists(p):
+                os.unlink(p)
+    desc, diff_id = layout.add_layer(rootfs)
+    layout.finish("devtools", [desc], [diff_id],
+                  {"Env": [PATH_ENV, "LANG=C.UTF-8"], "Cmd": ["bash"], "WorkingDir": "/"})
+
+
 BUILDERS = {"hello-world": build_hello, "busybox": build_busybox, "python": build_python,
-            "node": build_node, "webapp": build_webapp}
+            "node": build_node, "webapp": build_webapp, "devtools": build_devtools}
 
 
 def input_key(name):
     h = hashlib.sha256()
+    if name == "devtools":  # like python's: its own recipe only, no debootstrap for edits
+        for part in (DEVTOOLS_RECIPE, DEVTOOLS_PACKAGES, inspect.getsource(build_devtools),
+                     oci_arch()):
+            h.update(part.encode())
+        return h.hexdigest()
     if name in ("python", "node"):
         h.update(PYTHON_RECIPE.encode())
         h.update(inspect.getsource(build_python).encode())
