@@ -19,6 +19,19 @@ TOKEN_RE = re.compile(r"\bsbx_[0-9a-f]{64}\b")
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
+def wait_for(what, fn, timeout=30, interval=0.05):
+    """fn() until it returns something true (which is returned); fail saying what was awaited
+    and what fn last returned after timeout seconds. Tests wait on conditions, not sleeps."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,24 +16,13 @@ import time
 
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 IMAGE = "node"
 OPS = ("fork", "hibernate", "snapshot")
 
-
-def wait_for(what, fn, timeout=30, interval=0.05):
-    """fn() until it returns something true; fail with what after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
