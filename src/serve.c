@@ -28,6 +28,7 @@
 #include "proxy/egress.h"
 #include "runtime/runtime.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/template.h"
 #include "store/store.h"
 
 struct serve_opts {
@@ -59,6 +60,7 @@ struct serve_opts {
     const char *default_network;
     const char *vhost;
     const char *cgroup_favordynmods;
+    const char *templates_dir;
     uint64_t egress_proxy_port;
     uint64_t egress_max_conns;
     uint64_t egress_max_conns_per_sandbox;
@@ -146,6 +148,10 @@ static const struct opt_def {
     {"egress-max-conns-per-sandbox", "SANDBOXER_EGRESS_MAX_CONNS_PER_SANDBOX", "32", OPT_UINT,
      offsetof(struct serve_opts, egress_max_conns_per_sandbox),
      "connections the egress proxy holds at once for one sandbox (429 past it)"},
+    {"templates-dir", "SANDBOXER_TEMPLATES_DIR", "/var/cache/sandboxer/templates", OPT_STR,
+     offsetof(struct serve_opts, templates_dir),
+     "the built-in templates' OCI layouts (scripts/setup builds them), imported at start "
+     "('none': no built-in templates)"},
     {"cgroup-favordynmods", "SANDBOXER_CGROUP_FAVORDYNMODS", "on", OPT_STR,
      offsetof(struct serve_opts, cgroup_favordynmods),
      "on: turn on the host's cgroup2 favordynmods (fast cgroup moves; see README) or off"},
@@ -400,6 +406,7 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .agent_bin = d->agent,
         .self_exe = d->self,
         .runtime = o->runtime,
+        .templates_dir = none_to_null(o->templates_dir),
         .storage_driver = o->storage_driver,
         .net = d->net,
         .default_network = o->default_network,
@@ -412,7 +419,8 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .idle_timeout_s = (unsigned)o->idle_timeout,
         .egress_proxy_port = (int)o->egress_proxy_port,
     };
-    if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0)
+    if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0 ||
+        sbx_templates_start(d->sbx, err) < 0)
         return -1;
     if (o->egress_proxy_port > 0) {
         char gw[16];

@@ -249,6 +249,9 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
     m->fork_ckpt_dir = fork_ckpt_dir(cfg->state_dir);
     m->runc_root = xasprintf("%s/runc", cfg->state_dir);
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->tpl_lock, NULL);
+    pthread_cond_init(&m->tpl_cond, NULL);
+    m->tpl_building = json_object();
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
     m->wake_fd = eventfd(0, EFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
@@ -284,6 +287,7 @@ void sbx_close(sbx_mgr_t *m)
 {
     if (!m)
         return;
+    sbx_templates_stop(m);
     sbx_reaper_stop(m);
     if (m->watching) {
         uint64_t one = 1;
@@ -300,6 +304,9 @@ void sbx_close(sbx_mgr_t *m)
     if (m->wake_fd >= 0)
         close(m->wake_fd);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->tpl_lock);
+    pthread_cond_destroy(&m->tpl_cond);
+    json_decref(m->tpl_building);
     free(m->sandboxes_dir);
     free(m->fork_ckpt_dir);
     free(m->agent_dir);

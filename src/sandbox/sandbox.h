@@ -20,6 +20,7 @@ struct sbx_config {
     const char *agent_bin;       /* sandboxer-agent to copy into the state dir */
     const char *self_exe;        /* the sandboxer binary (for the shim) */
     const char *runtime;         /* "runc" */
+    const char *templates_dir;   /* the built-in templates' OCI layouts (NULL: none) */
     const char *storage_driver;  /* "auto", "overlay" or "btrfs" */
     struct net *net;             /* the network layer (bridge, netns, rules) */
     const char *default_network; /* egress of a sandbox that does not ask: "none"|"open" */
@@ -62,9 +63,12 @@ struct sbx_create_req {
     json_t *ports;
     int is_public; /* -1 absent */
     const char *runtime;
-    int64_t idle_timeout; /* < 0 absent */
-    const char *snapshot; /* start from this snapshot instead of an image */
-    int net_raw;          /* -1 absent; 1: keep CAP_NET_RAW */
+    int64_t idle_timeout;      /* < 0 absent */
+    const char *snapshot;      /* start from this snapshot instead of an image */
+    int net_raw;               /* -1 absent; 1: keep CAP_NET_RAW */
+    const char *template_name; /* start from this template (see template.h) */
+    int setuid; /* -1 absent (a template's choice, else no); 1: setuid binaries (sudo) may
+                   gain privileges: no noNewPrivileges */
 };
 
 /* ERR_INVALID unless s is an RFC 1123 host label. */
