@@ -267,6 +267,11 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
         return NULL;
     }
     m->quota = storage_quota_detect(m->driver, m->sandboxes_dir);
+    user_t pool_owner; /* known before reconcile sets up pooled sandboxes' networks */
+    if (sbx_pool_user(m, &pool_owner, err) < 0) {
+        sbx_close(m);
+        return NULL;
+    }
     log_info("storage.ready", "driver=%s disk_quotas=%s", storage_driver_name(m->driver),
              storage_quota_name(m->quota));
     runtime_configure(&(struct runtime_config){cfg->runtime, m->runc_root, cfg->self_exe});

@@ -2,9 +2,13 @@
  * Warm pools. A template with pool N > 0 keeps N sandboxes ready to hand out: its sandbox is
  * started once from its image (and, when the image exposes a port, until that port listens:
  * the code interpreter's kernel is then up), snapshotted with its memory, and deleted; every
- * pooled sandbox is that snapshot restored and then paused (frozen: it uses no CPU). A create
- * from the template takes one: it is given to the caller (owner, label, its network rules),
- * thawed, and answered at once, while this thread restores a new one behind it.
+ * pooled sandbox is that snapshot restored, left running idle (never hibernated: its
+ * idle_timeout is 0). A create from the template takes one: its record is given to the caller
+ * (owner, label, created_at) and answered at once; its network rules follow the new owner a
+ * moment later on a thread of their own (until then it reaches no other sandbox: each pooled
+ * sandbox has an owner mark of its own). This thread restores a new one behind it, a second
+ * after the last claim, so that the caller's first commands do not share the CPU with a
+ * restore.
  *
  * Pooled sandboxes and warm snapshots belong to a hidden user ".pool" (no API user can have a
  * name starting with '.'), so nobody sees them before they are handed over. Their label
@@ -24,9 +28,10 @@
 #include "template.h"
 
 #define POOL_USER      ".pool"
-#define POOL_TOTAL_MAX 32  /* pooled sandboxes of all templates together */
-#define READY_WAIT_S   120 /* how long a template's first sandbox may take to listen */
-#define RETRY_S        30  /* after a failure, the template waits this long */
+#define POOL_TOTAL_MAX 32   /* pooled sandboxes of all templates together */
+#define READY_WAIT_S   120  /* how long a template's first sandbox may take to listen */
+#define RETRY_S        30   /* after a failure, the template waits this long */
+#define CLAIM_QUIET_MS 1000 /* refills wait this long after a claim */
 
 struct pool_entry {
     char id[65];
@@ -38,6 +43,7 @@ struct pool_entry {
 struct sbx_pool {
     pthread_t thread;
     bool running, stop, kicked;
+    double last_claim;    /* monotonic ms */
     pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t cond;
     struct pool_entry *ready;
@@ -189,7 +195,7 @@ static void drop_snapshots(sbx_mgr_t *m, const char *tpl_id, const char *keep)
 
 /* ---- filling ---- */
 
-/* Restore one pooled sandbox of t and freeze it. */
+/* Restore one pooled sandbox of t. */
 static int fill_one(sbx_mgr_t *m, const template_rec_t *t, err_t *err)
 {
     char name[128], digest[16];
@@ -205,14 +211,10 @@ static int fill_one(sbx_mgr_t *m, const template_rec_t *t, err_t *err)
     }
     char label[96];
     snprintf(label, sizeof(label), "pool:%s:%s", t->id, digest);
-    json_t *j _cleanup_json_ = NULL, *o _cleanup_json_ = NULL;
+    json_t *j _cleanup_json_ = NULL;
     if (sbx_snapshot_start(m, &m->pool->owner, name, label, NULL, &j, err) < 0)
         return -1;
     const char *id = json_string_value(json_object_get(j, "id"));
-    if (sbx_pause(m, &m->pool->owner, id, true, &o, err) < 0) {
-        delete_quietly(m, id);
-        return -1;
-    }
     struct pool_entry *e = xcalloc(1, sizeof(*e));
     snprintf(e->id, sizeof(e->id), "%s", id);
     snprintf(e->tpl, sizeof(e->tpl), "%s", t->id);
@@ -301,7 +303,7 @@ static bool round_once(sbx_mgr_t *m)
     return more;
 }
 
-/* At start: adopt the paused sandboxes a previous run pooled; delete anything else. */
+/* At start: adopt the sandboxes a previous run pooled (still running); delete anything else. */
 static void adopt(sbx_mgr_t *m)
 {
     sandbox_rec_t *items = NULL;
@@ -313,7 +315,7 @@ static void adopt(sbx_mgr_t *m)
         if (r->status == SBX_TERMINATED)
             continue;
         char tpl[33] = "", digest[16] = "";
-        if (r->status == SBX_PAUSED &&
+        if (r->status == SBX_RUNNING &&
             sscanf(r->label, "pool:%32[0-9a-f]:%15[0-9a-z]", tpl, digest) == 2) {
             struct pool_entry *e = xcalloc(1, sizeof(*e));
             snprintf(e->id, sizeof(e->id), "%s", r->id);
@@ -339,23 +341,31 @@ static void *pool_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         bool more = !m->tpl_importing && round_once(m);
         pthread_mutex_lock(&p->lock);
-        if (more || p->kicked || p->stop)
+        double quiet = p->last_claim + CLAIM_QUIET_MS - now_mono_ms();
+        if ((more || p->kicked) && quiet <= 0)
             continue;
+        if (p->stop)
+            break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 2;
+        long ms = quiet > 0 ? (long)quiet + 1 : 2000;
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&p->cond, &p->lock, &ts);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
-/* The hidden user that owns pooled sandboxes and warm snapshots. */
-static int pool_user(sbx_mgr_t *m, user_t *out, err_t *err)
+int sbx_pool_user(sbx_mgr_t *m, user_t *out, err_t *err)
 {
-    if (store_user_get_by_name(m->store, POOL_USER, out, NULL) == 0)
-        return 0;
-    return store_user_create(m->store, POOL_USER, false, out, err);
+    if (store_user_get_by_name(m->store, POOL_USER, out, NULL) < 0 &&
+        store_user_create(m->store, POOL_USER, false, out, err) < 0)
+        return -1;
+    m->pool_uid = out->id;
+    return 0;
 }
 
 int sbx_pool_start(sbx_mgr_t *m, err_t *err)
@@ -366,7 +376,7 @@ int sbx_pool_start(sbx_mgr_t *m, err_t *err)
     p->errors = json_object();
     p->filling = json_object();
     m->pool = p;
-    if (pool_user(m, &p->owner, err) < 0)
+    if (sbx_pool_user(m, &p->owner, err) < 0)
         return -1;
     if (pthread_create(&p->thread, NULL, pool_main, m) != 0)
         return err_sys(err, "start the pool thread");
@@ -386,7 +396,7 @@ void sbx_pool_stop(sbx_mgr_t *m)
         pthread_mutex_unlock(&p->lock);
         pthread_join(p->thread, NULL);
     }
-    /* Pooled sandboxes stay paused: the next start adopts them. */
+    /* Pooled sandboxes go on running: the next start adopts them. */
     while (p->ready) {
         struct pool_entry *e = p->ready;
         p->ready = e->next;
@@ -445,29 +455,73 @@ json_t *sbx_pool_json(sbx_mgr_t *m, const template_rec_t *t)
     return j;
 }
 
-/* Give the pooled sandbox id to owner: record, network rules, thaw. */
+/* Bring a handed-over sandbox's network rules to its new owner. */
+struct rekey {
+    sbx_mgr_t *m;
+    user_t owner;
+    char id[65];
+};
+
+static void *rekey_main(void *arg)
+{
+    struct rekey *k = arg;
+    struct sbx_live *l = NULL;
+    sandbox_rec_t r;
+    err_t err = {0};
+    /* Held like an exec's: a delete waits, so rules are never made for a sandbox gone. */
+    if (sbx_use_begin(k->m, &k->owner, k->id, &l, &r, &err) == 0) {
+        struct sbx_paths p;
+        sbx_paths_init(k->m, k->id, &p);
+        if (sbx_net_setup(k->m, &r, &p, r.ip_address, &err) < 0)
+            log_warn("pool.rekey_failed", "sandbox=%s msg=\"%s\"", k->id, err.msg);
+        sbx_paths_free(&p);
+        store_sandbox_rec_clear(&r);
+        sbx_use_end(k->m, l);
+    }
+    free(k);
+    return NULL;
+}
+
+static void rekey_later(sbx_mgr_t *m, const user_t *owner, const char *id)
+{
+    struct rekey *k = xcalloc(1, sizeof(*k));
+    k->m = m;
+    k->owner = *owner;
+    snprintf(k->id, sizeof(k->id), "%s", id);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    if (pthread_create(&t, &attr, rekey_main, k) != 0)
+        rekey_main(k); /* no thread: do it now */
+    pthread_attr_destroy(&attr);
+}
+
+/* Give the pooled sandbox id to owner (its record; its rules follow). */
 static int hand_over(sbx_mgr_t *m, const user_t *owner, const template_rec_t *t,
                      const struct sbx_create_req *q, const char *id, err_t *err)
 {
-    sandbox_rec_t r;
-    if (store_sandbox_get(m->store, m->pool->owner.id, id, &r, err) < 0)
-        return -1;
-    struct sbx_paths p;
-    sbx_paths_init(m, id, &p);
-    r.owner_id = owner->id;
     int rc = store_sandbox_hand_over(m->store, id, owner->id, q->label ? q->label : t->name,
                                      q->is_public == 1, now_unix(), err);
     json_t *name _cleanup_json_ = json_string(t->name);
+    json_t *idle _cleanup_json_ = json_integer(-1); /* the daemon's default from now on */
     if (rc == 0)
         rc = store_sandbox_set_spec_field(m->store, id, "template", name, err);
-    if (rc == 0) /* the same address, rules now for the new owner */
-        rc = sbx_net_setup(m, &r, &p, r.ip_address, err);
-    json_t *o _cleanup_json_ = NULL;
     if (rc == 0)
-        rc = sbx_pause(m, owner, id, false, &o, err);
-    sbx_paths_free(&p);
-    store_sandbox_rec_clear(&r);
+        rc = store_sandbox_set_spec_field(m->store, id, "idle_timeout", idle, err);
+    if (rc == 0)
+        rekey_later(m, owner, id);
     return rc;
+}
+
+int64_t sbx_pool_net_owner(sbx_mgr_t *m, const sandbox_rec_t *r)
+{
+    if (m->pool_uid <= 0 || r->owner_id != m->pool_uid)
+        return r->owner_id;
+    /* An owner mark of its own (above any user id): it reaches no other sandbox. */
+    unsigned v = 0;
+    sscanf(r->id, "%7x", &v);
+    return 0x80000000LL + v;
 }
 
 int sbx_pool_claim(sbx_mgr_t *m, const user_t *owner, const template_rec_t *t,
@@ -480,6 +534,7 @@ int sbx_pool_claim(sbx_mgr_t *m, const user_t *owner, const template_rec_t *t,
     short_digest(t, digest);
     pthread_mutex_lock(&p->lock);
     struct pool_entry *e = take(p, t->id, digest, true);
+    p->last_claim = now_mono_ms();
     pthread_mutex_unlock(&p->lock);
     if (!e)
         return 1;

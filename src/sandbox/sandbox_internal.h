@@ -55,6 +55,7 @@ struct sbx_mgr {
     bool tpl_import_started;
     json_t *tpl_building; /* "owner/name" of the builds in progress */
     struct sbx_pool *pool;
+    int64_t pool_uid; /* the hidden user owning pooled sandboxes (pool.c) */
 };
 
 /* Paths of one sandbox, all under <state>/sandboxes/<id>/. */
@@ -245,6 +246,11 @@ json_t *sbx_pool_json(sbx_mgr_t *m, const template_rec_t *t);
  * none is ready (or handing it over failed: the caller starts one cold). */
 int sbx_pool_claim(sbx_mgr_t *m, const user_t *owner, const template_rec_t *t,
                    const struct sbx_create_req *q, json_t **out);
+/* The hidden user ".pool" (made if missing); sets m->pool_uid. */
+int sbx_pool_user(sbx_mgr_t *m, user_t *out, err_t *err);
+/* The owner mark r's network rules use: its owner's id, or for a pooled sandbox one of its
+ * own (so it reaches no other sandbox until it is handed over). */
+int64_t sbx_pool_net_owner(sbx_mgr_t *m, const sandbox_rec_t *r);
 /* sbx_snapshot_create without the name rules (the pools' hidden ".pool-…" snapshots). */
 int sbx_snapshot_take(sbx_mgr_t *m, const user_t *owner, const char *key, const char *name,
                       json_t **out, err_t *err);
