@@ -193,6 +193,29 @@ static void drop_snapshots(sbx_mgr_t *m, const char *tpl_id, const char *keep)
     }
 }
 
+/* Remove warm snapshots whose template is gone or keeps no pool (live: template id → the
+ * pool size wanted), unless one of its sandboxes is being made. */
+static void gc_snapshots(sbx_mgr_t *m, json_t *live)
+{
+    json_t *arr _cleanup_json_ = NULL;
+    if (sbx_snapshot_list(m, &m->pool->owner, &arr, NULL) < 0)
+        return;
+    size_t i;
+    json_t *s;
+    json_array_foreach(arr, i, s)
+    {
+        const char *name = json_string_value(json_object_get(s, "name"));
+        char tpl[33] = "";
+        if (!name || sscanf(name, ".pool-%32[0-9a-f]-", tpl) != 1)
+            continue;
+        pthread_mutex_lock(&m->pool->lock);
+        bool busy = json_object_get(m->pool->filling, tpl) != NULL;
+        pthread_mutex_unlock(&m->pool->lock);
+        if (!busy && json_integer_value(json_object_get(live, tpl)) <= 0)
+            sbx_snapshot_delete(m, &m->pool->owner, name, NULL);
+    }
+}
+
 /* ---- filling ---- */
 
 /* Restore one pooled sandbox of t. */
@@ -298,6 +321,8 @@ static bool round_once(sbx_mgr_t *m)
         if (more)
             json_object_del(p->errors, todo->id);
         pthread_mutex_unlock(&p->lock);
+    } else {
+        gc_snapshots(m, live);
     }
     store_template_list_free(items, n);
     return more;

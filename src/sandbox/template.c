@@ -139,6 +139,8 @@ int sbx_template_set_pool(sbx_mgr_t *m, const user_t *owner, const char *name, i
     int rc = store_template_update(m->store, &t, err);
     if (rc == 0) {
         log_info("template.pool", "template=%s id=%s pool=%d", t.name, t.id, t.pool);
+        if (t.pool == 0) /* its sandboxes and its warm snapshot go now */
+            sbx_pool_drain(m, t.id);
         sbx_pool_kick(m);
         *out = sbx_template_json(m, &t);
     }

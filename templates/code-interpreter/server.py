@@ -106,7 +106,8 @@ class Context:
     def start(self):
         # ipc: the kernel's channels are unix sockets, no TCP port per context.
         self.km = KernelManager(kernel_name="python3", transport="ipc")
-        self.km.start_kernel(cwd=self.cwd, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.km.start_kernel(cwd=self.cwd, env=dict(os.environ, PYTHONUNBUFFERED="1",
+                                                             PYDEVD_DISABLE_FILE_VALIDATION="1"))
         self.kc = self.km.client()
         self.kc.start_channels()
         try:
