@@ -10,7 +10,8 @@ registry (the only network used is the Debian mirror apt already uses):
   code-interpreter  base's packages plus a Jupyter kernel stack (python3-ipykernel,
                     python3-jupyter-client, python3-matplotlib, python3-pandas, python3-numpy)
                     in one layer, and a second small layer with our code interpreter server
-                    (templates/code-interpreter/) as the Cmd, on port 49999.
+                    (templates/code-interpreter/) as the Cmd, on port 49999. User root (its
+                    kernels run as root, as E2B's do), WorkingDir /home/user.
 
 The operating-system layer of each is cached on a key of its recipe only, so editing the server
 costs seconds, not a debootstrap. Layouts go to <cache>/<name>/ (the OS layers' to <cache>/.os/; default
@@ -203,18 +204,19 @@ def build_base(layout_dir, work, deps):
 
 
 def ci_files(top):
-    """The server and the kernel's IPython profile, as the second layer's tree."""
+    """The server and the kernel's IPython profile (root's: the kernels run as root, as E2B's
+    do), as the second layer's tree."""
     dst = os.path.join(top, CI_PREFIX)
     os.makedirs(dst)
     for name in sorted(os.listdir(CI_DIR)):
         if name.endswith(".py"):
             shutil.copy(os.path.join(CI_DIR, name), os.path.join(dst, name))
-    profile = os.path.join(top, "home", "user", ".ipython", "profile_default")
+    profile = os.path.join(top, "root", ".ipython", "profile_default")
     os.makedirs(os.path.join(profile, "startup"))
     shutil.copy(os.path.join(CI_DIR, "profile", "ipython_kernel_config.py"), profile)
     shutil.copy(os.path.join(CI_DIR, "profile", "startup.py"),
                 os.path.join(profile, "startup", "00-sandboxer.py"))
-    mpl = os.path.join(top, "home", "user", ".config", "matplotlib")
+    mpl = os.path.join(top, "root", ".config", "matplotlib")
     os.makedirs(mpl)
     shutil.copy(os.path.join(CI_DIR, "profile", "matplotlibrc"), mpl)
 
@@ -226,14 +228,13 @@ def build_code_interpreter(layout_dir, work, deps):
     top = os.path.join(work, "top")
     ci_files(top)
 
-    def owner(name):
-        return (USER_UID, USER_UID) if name.startswith("home/user") else (0, 0)
-
-    desc, diff_id = layout.add_layer(top, owner=owner)
+    desc, diff_id = layout.add_layer(top, owner=lambda name: (0, 0))
     cmd = ["python3", "/" + CI_PREFIX + "/server.py"]
+    # The server and its kernels run as root, as E2B's do (and CRIU can then checkpoint them
+    # on hosts whose root lacks CAP_SYS_RESOURCE); the working directory is still /home/user.
     finish(layout, "code-interpreter", manifest["layers"] + [desc],
            config["rootfs"]["diff_ids"] + [diff_id],
-           dict(user_config(cmd), ExposedPorts={"49999/tcp": {}}),
+           dict(user_config(cmd), User="root", ExposedPorts={"49999/tcp": {}}),
            [f"templates/build.py code-interpreter: {' '.join(BASE_PACKAGES + CI_PACKAGES)}",
             "templates/build.py code-interpreter: the server on port 49999"])
 

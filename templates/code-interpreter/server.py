@@ -26,6 +26,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ PORT = int(os.environ.get("SANDBOXER_CI_PORT", "49999"))
 KEEPALIVE_S = 5.0
 KERNEL_READY_S = 60
 MAX_BODY = 16 << 20
+RUNTIME_DIR = "/tmp/.sandboxer-code-interpreter"
 LANGUAGE_ALIASES = {"": "python", "python3": "python", "py": "python"}
 
 # Result fields E2B's server gives a MIME type; the rest goes to "extra".
@@ -53,8 +55,11 @@ def log(msg):
 
 
 def default_cwd():
-    home = os.environ.get("HOME") or "/home/user"
-    return home if os.path.isdir(home) else os.getcwd()
+    """/home/user, as E2B's contexts start there (the kernels run as root)."""
+    for d in ("/home/user", os.environ.get("HOME") or ""):
+        if d and os.path.isdir(d):
+            return d
+    return os.getcwd()
 
 
 class HTTPError(Exception):
@@ -104,8 +109,12 @@ class Context:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     def start(self):
-        # ipc: the kernel's channels are unix sockets, no TCP port per context.
-        self.km = KernelManager(kernel_name="python3", transport="ipc")
+        # ipc: the kernel's channels are unix sockets, no TCP port per context; their paths
+        # absolute, since the kernel runs in the context's cwd and this server does not.
+        sockets = os.path.join(RUNTIME_DIR, self.id)
+        os.makedirs(sockets, mode=0o700, exist_ok=True)
+        self.km = KernelManager(kernel_name="python3", transport="ipc",
+                                ip=os.path.join(sockets, "kernel"))
         self.km.start_kernel(cwd=self.cwd, env=dict(os.environ, PYTHONUNBUFFERED="1",
                                                              PYDEVD_DISABLE_FILE_VALIDATION="1"))
         self.kc = self.km.client()
@@ -126,6 +135,7 @@ class Context:
                 log(f"context {self.id}: shutdown: {e}")
             self.km.cleanup_resources()
         self.kc = self.km = None
+        shutil.rmtree(os.path.join(RUNTIME_DIR, self.id), ignore_errors=True)
 
     def restart(self):
         with self.lock:
