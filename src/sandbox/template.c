@@ -148,15 +148,30 @@ int sbx_template_set_pool(sbx_mgr_t *m, const user_t *owner, const char *name, i
     return rc;
 }
 
-/* Forget the image of a deleted template unless another template or a sandbox uses it. */
+/* Forget the image a deleted Dockerfile template was built into, and remove its files that
+ * nothing needs: sandboxes started from it keep the layers they mount (the GC keeps those). */
 static void release_image(sbx_mgr_t *m, const template_rec_t *t)
 {
-    if (!t->image[0] || strcmp(t->source, "dockerfile") != 0 || sbx_image_in_use(m, t->image))
+    if (!t->image[0] || strcmp(t->source, "dockerfile") != 0)
         return;
     err_t e = {0};
-    if (image_remove(m->images, t->image, &e) < 0)
+    if (image_remove(m->images, t->image, &e) < 0) {
         log_warn("template.image_keep", "template=%s image=%s msg=\"%s\"", t->name, t->image,
                  e.msg);
+        return;
+    }
+    json_t *keep_set _cleanup_json_ = NULL;
+    if (sbx_layers_in_use(m, &keep_set, &e) < 0)
+        return;
+    size_t n = json_object_size(keep_set), i = 0;
+    _cleanup_free_ const char **keep = xcalloc(n + 1, sizeof(*keep));
+    const char *dir;
+    json_t *v;
+    json_object_foreach(keep_set, dir, v) keep[i++] = dir;
+    struct image_gc_stats st = {0};
+    if (image_gc(m->images, keep, n, &st, &e) == 0)
+        log_info("image.gc", "blobs_removed=%zu layers_removed=%zu", st.blobs_removed,
+                 st.layers_removed);
 }
 
 int sbx_template_delete(sbx_mgr_t *m, const user_t *owner, const char *name, err_t *err)

@@ -183,8 +183,11 @@ def test_templates_are_their_owners(tpl, tpl_daemon):
 
 def test_a_snapshot_becomes_a_template_that_keeps_memory(tpl):
     sb = tpl.create("base")
-    tpl.sh(sb["id"], "nohup sh -c 'x=kept; while :; do sleep 1; done' >/dev/null 2>&1 &"
-                     " echo $! > /tmp/pid")
+    # as root: CRIU dumps other users' processes only with CAP_SYS_RESOURCE, which some hosts'
+    # root lacks (this test VM's)
+    r = tpl.post(f"/sandboxes/{sb['id']}/exec", json={"user": "root", "argv": [
+        "sh", "-c", "nohup sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & echo $! >/tmp/pid"]})
+    assert r.status_code == 200 and r.json()["exit_code"] == 0, r.text
     assert tpl.post(f"/sandboxes/{sb['id']}/snapshots", json={"name": "snap1"},
                     timeout=300).status_code in (200, 201)
     try:
@@ -194,7 +197,7 @@ def test_a_snapshot_becomes_a_template_that_keeps_memory(tpl):
         assert r.status_code == 201, r.text
         tpl.created.append(r.json()["id"])
         assert r.json()["memory_preserved"] is True
-        out = tpl.sh(r.json()["id"], "kill -0 $(cat /tmp/pid) && echo alive")
+        out = tpl.sh(r.json()["id"], "test -d /proc/$(cat /tmp/pid) && echo alive")
         assert out["stdout"] == "alive\n"
     finally:
         delete_template(tpl, "t-snap")
@@ -306,6 +309,7 @@ def test_deleting_a_pooled_template_drains_its_pool_and_nothing_leaks(tpl, tpl_d
     assert "sandboxer-build" not in buildah(tpl_daemon, "images").stdout
     # no template image kept for a deleted template
     refs = [i["ref"] for i in tpl.get("/images").json()["images"]]
-    assert not any("/t-pool:" in ref or "/t-build:" in ref for ref in refs), refs
+    assert sorted(refs) == ["localhost/templates/base:latest",
+                            "localhost/templates/code-interpreter:latest"], refs
     snaps = os.listdir(os.path.join(tpl_daemon.state_dir, "snapshots"))
     assert snaps == [], snaps  # warm snapshots of t-pool are gone (base's pool is 0 too)
