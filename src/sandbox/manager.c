@@ -252,6 +252,7 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
     pthread_mutex_init(&m->tpl_lock, NULL);
     pthread_cond_init(&m->tpl_cond, NULL);
     m->tpl_building = json_object();
+    m->tpl_pending = json_object();
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
     m->wake_fd = eventfd(0, EFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
@@ -312,6 +313,7 @@ void sbx_close(sbx_mgr_t *m)
     pthread_mutex_destroy(&m->tpl_lock);
     pthread_cond_destroy(&m->tpl_cond);
     json_decref(m->tpl_building);
+    json_decref(m->tpl_pending);
     free(m->sandboxes_dir);
     free(m->fork_ckpt_dir);
     free(m->agent_dir);

@@ -54,6 +54,7 @@ struct sbx_mgr {
     pthread_t tpl_import;
     bool tpl_import_started;
     json_t *tpl_building; /* "owner/name" of the builds in progress */
+    json_t *tpl_pending;  /* built-in template names still to import (creates wait) */
     struct sbx_pool *pool;
     int64_t pool_uid; /* the hidden user owning pooled sandboxes (pool.c) */
 };

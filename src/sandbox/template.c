@@ -36,12 +36,14 @@ bool sbx_template_name_valid(const char *s)
     return true;
 }
 
-/* Wait (bounded) while the built-in templates are being imported at start. */
-static void wait_for_import(sbx_mgr_t *m)
+/* Wait (bounded) while the built-in template name (any, when NULL) is being imported at
+ * start; other names never wait. */
+static void wait_for_import(sbx_mgr_t *m, const char *name)
 {
     pthread_mutex_lock(&m->tpl_lock);
     double until = now_mono_ms() + IMPORT_WAIT_S * 1000.0;
-    while (m->tpl_importing && now_mono_ms() < until) {
+    while (m->tpl_importing && (!name || json_object_get(m->tpl_pending, name)) &&
+           now_mono_ms() < until) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
@@ -56,7 +58,7 @@ int sbx_template_find(sbx_mgr_t *m, const user_t *owner, const char *name, templ
     if (!sbx_template_name_valid(name))
         return err_set(err, ERR_NOT_FOUND, 0, "template_not_found", "no template called '%.64s'",
                        name);
-    wait_for_import(m);
+    wait_for_import(m, name);
     if (store_template_find(m->store, owner->id, name, out, err) < 0) {
         if (err && err->kind == ERR_NOT_FOUND)
             err_set(err, ERR_NOT_FOUND, 0, "template_not_found", "no template called '%s'", name);
@@ -84,7 +86,7 @@ json_t *sbx_template_json(sbx_mgr_t *m, const template_rec_t *t)
 
 int sbx_template_list(sbx_mgr_t *m, const user_t *owner, json_t **out, err_t *err)
 {
-    wait_for_import(m);
+    wait_for_import(m, NULL);
     template_rec_t *items = NULL;
     size_t n = 0;
     if (store_template_list(m->store, owner->id, &items, &n, err) < 0)
@@ -266,29 +268,45 @@ static bool layout_dir(const char *dir)
     return access(p, F_OK) == 0;
 }
 
-static void import_all(sbx_mgr_t *m)
+/* The names of the template layouts in the templates dir, as the keys of an object. */
+static json_t *scan(const char *root)
 {
-    const char *root = m->cfg.templates_dir;
+    json_t *names = json_object();
     DIR *d _cleanup_closedir_ = root && *root ? opendir(root) : NULL;
     if (!d) {
         if (root && *root)
-            log_warn("template.dir_missing",
-                     "dir=%s msg=\"no built-in templates (run "
-                     "scripts/setup to build them)\"",
-                     root);
-        return;
+            log_warn("template.dir_missing", "dir=%s msg=\"no built-in templates (run "
+                     "scripts/setup to build them)\"", root);
+        return names;
     }
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.' || !sbx_template_name_valid(e->d_name))
             continue;
         _cleanup_free_ char *dir = xasprintf("%s/%s", root, e->d_name);
-        if (!layout_dir(dir))
-            continue;
+        if (layout_dir(dir))
+            json_object_set_new(names, e->d_name, json_string(dir));
+    }
+    return names;
+}
+
+static void import_all(sbx_mgr_t *m)
+{
+    pthread_mutex_lock(&m->tpl_lock);
+    json_t *names _cleanup_json_ = json_deep_copy(m->tpl_pending);
+    pthread_mutex_unlock(&m->tpl_lock);
+    const char *name;
+    json_t *dir;
+    json_object_foreach(names, name, dir)
+    {
         err_t err = {0};
-        if (import_builtin(m, e->d_name, dir, &err) < 0)
-            log_warn("template.import_failed", "template=%s code=%s msg=\"%s\"", e->d_name,
+        if (import_builtin(m, name, json_string_value(dir), &err) < 0)
+            log_warn("template.import_failed", "template=%s code=%s msg=\"%s\"", name,
                      err.code, err.msg);
+        pthread_mutex_lock(&m->tpl_lock);
+        json_object_del(m->tpl_pending, name);
+        pthread_cond_broadcast(&m->tpl_cond);
+        pthread_mutex_unlock(&m->tpl_lock);
     }
 }
 
@@ -306,6 +324,10 @@ static void *import_main(void *arg)
 
 int sbx_templates_start(sbx_mgr_t *m, err_t *err)
 {
+    /* The names are known before the first request: a create of one of them waits for its
+     * import, any other create never does. */
+    json_t *names _cleanup_json_ = scan(m->cfg.templates_dir);
+    json_object_update(m->tpl_pending, names);
     m->tpl_importing = true;
     if (pthread_create(&m->tpl_import, NULL, import_main, m) != 0) {
         m->tpl_importing = false;
