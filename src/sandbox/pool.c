@@ -134,7 +134,7 @@ static int exposed_port(sbx_mgr_t *m, const template_rec_t *t)
 static bool wait_listening(sbx_mgr_t *m, const char *id, int port)
 {
     double until = now_mono_ms() + READY_WAIT_S * 1000.0;
-    while (now_mono_ms() < until) {
+    while (now_mono_ms() < until && !m->pool->stop) {
         if (sbx_listening_port(m, &m->pool->owner, id) == port)
             return true;
         struct timespec ts = {0, 100 * 1000 * 1000};

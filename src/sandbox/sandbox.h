@@ -246,7 +246,7 @@ struct sbx_target {
 int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
                      struct sbx_target *out, err_t *err);
 
-/* True if a non-terminated sandbox uses image ref. */
+/* True if a non-terminated sandbox or a template uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);
 /* The layer dirs non-terminated sandboxes mount, as the keys of a new JSON object. */
 int sbx_layers_in_use(sbx_mgr_t *m, json_t **out, err_t *err);

@@ -275,8 +275,10 @@ static json_t *scan(const char *root)
     DIR *d _cleanup_closedir_ = root && *root ? opendir(root) : NULL;
     if (!d) {
         if (root && *root)
-            log_warn("template.dir_missing", "dir=%s msg=\"no built-in templates (run "
-                     "scripts/setup to build them)\"", root);
+            log_warn("template.dir_missing",
+                     "dir=%s msg=\"no built-in templates (run "
+                     "scripts/setup to build them)\"",
+                     root);
         return names;
     }
     struct dirent *e;
@@ -301,8 +303,8 @@ static void import_all(sbx_mgr_t *m)
     {
         err_t err = {0};
         if (import_builtin(m, name, json_string_value(dir), &err) < 0)
-            log_warn("template.import_failed", "template=%s code=%s msg=\"%s\"", name,
-                     err.code, err.msg);
+            log_warn("template.import_failed", "template=%s code=%s msg=\"%s\"", name, err.code,
+                     err.msg);
         pthread_mutex_lock(&m->tpl_lock);
         json_object_del(m->tpl_pending, name);
         pthread_cond_broadcast(&m->tpl_cond);
