@@ -24,6 +24,7 @@
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "net/net.h"
 #include "sandbox_internal.h"
 #include "template.h"
 
@@ -495,11 +496,8 @@ static void *rekey_main(void *arg)
     err_t err = {0};
     /* Held like an exec's: a delete waits, so rules are never made for a sandbox gone. */
     if (sbx_use_begin(k->m, &k->owner, k->id, &l, &r, &err) == 0) {
-        struct sbx_paths p;
-        sbx_paths_init(k->m, k->id, &p);
-        if (sbx_net_setup(k->m, &r, &p, r.ip_address, &err) < 0)
+        if (net_sandbox_set_owner(k->m->cfg.net, k->id, sbx_pool_net_owner(k->m, &r), &err) < 0)
             log_warn("pool.rekey_failed", "sandbox=%s msg=\"%s\"", k->id, err.msg);
-        sbx_paths_free(&p);
         store_sandbox_rec_clear(&r);
         sbx_use_end(k->m, l);
     }
