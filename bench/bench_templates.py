@@ -16,7 +16,7 @@ the run prints the load average before and after. Runs its own daemon (tests/int
 fixture code) on a temporary state dir with the built-in templates (built first if needed, as
 scripts/setup does), and removes everything at the end. As root; standard library, httpx.
 
-Usage: bench/bench_templates.py [--n N] [--json PATH]
+Usage: bench/bench_templates.py [--n N] [--only base|code-interpreter] [--json PATH]
 """
 import argparse
 import json
@@ -99,6 +99,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10, help="samples per series")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--only", choices=("base", "code-interpreter"), help="one template")
     args = ap.parse_args()
     cache = ensure_templates()
     rows = []
@@ -112,6 +113,8 @@ def main():
                 c.get("/templates")  # the import at start
                 for template, then, what in (("base", first_exec, "exec true"),
                                              ("code-interpreter", first_cell, "cell 1+1")):
+                    if args.only and template != args.only:
+                        continue
                     for warm in (False, True):
                         s = series(c, template, then, args.n, warm)
                         rows.append({"template": template, "pool": POOL if warm else 0,
