@@ -136,6 +136,13 @@ int sbx_template_set_pool(sbx_mgr_t *m, const user_t *owner, const char *name, i
     template_rec_t t;
     if (find_for_change(m, owner, name, &t, err) < 0)
         return -1;
+    if (t.snapshot[0] && pool > 0) {
+        store_template_rec_clear(&t);
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "template '%s' is a snapshot: its sandboxes start with its memory "
+                       "already, so it keeps no warm pool",
+                       name);
+    }
     t.pool = (int)pool;
     t.updated_at = now_unix();
     int rc = store_template_update(m->store, &t, err);

@@ -88,9 +88,10 @@ int sbx_template_req_decode(json_t *body, struct sbx_template_build_req *q, err_
                        "give exactly one of 'dockerfile' and 'snapshot'");
     if (q->dockerfile && !*q->dockerfile)
         return err_set(err, ERR_INVALID, 0, "invalid_field", "field 'dockerfile' is empty");
-    if (q->snapshot && (q->context || q->network == 1))
+    if (q->snapshot && (q->context || q->network == 1 || q->pool > 0))
         return err_set(err, ERR_INVALID, 0, "invalid_field",
-                       "'context' and 'network' go with a Dockerfile, not a snapshot");
+                       "'context', 'network' and 'pool' go with a Dockerfile, not a snapshot "
+                       "(whose sandboxes start with its memory already)");
     return q->context ? check_context(q->context, err) : 0;
 }
 

@@ -191,8 +191,11 @@ def test_a_snapshot_becomes_a_template_that_keeps_memory(tpl):
     assert tpl.post(f"/sandboxes/{sb['id']}/snapshots", json={"name": "snap1"},
                     timeout=300).status_code in (200, 201)
     try:
+        r = tpl.post("/templates", json={"name": "t-snap", "snapshot": "snap1", "pool": 1})
+        assert r.status_code == 400, r.text  # its sandboxes start with its memory already
         r = tpl.post("/templates", json={"name": "t-snap", "snapshot": "snap1"})
         assert r.status_code == 201 and r.json()["source"] == "snapshot", r.text
+        assert tpl.http.patch("/templates/t-snap", json={"pool": 1}).status_code == 400
         r = tpl.http.post("/sandboxes", json={"template": "t-snap"}, timeout=300)
         assert r.status_code == 201, r.text
         tpl.created.append(r.json()["id"])
