@@ -112,6 +112,34 @@ def test_cli_create_without_an_image_uses_base(tpl_daemon, tpl):
 
 # ---- Dockerfile builds ----
 
+def test_cli_builds_lists_pools_and_removes_a_template(tpl_daemon, tpl, tmp_path):
+    env = dict(os.environ, SANDBOXER_URL=tpl_daemon.url, SANDBOXER_TOKEN=tpl_daemon.admin_token)
+    run = lambda *a: subprocess.run([BIN, *a], capture_output=True, text=True, env=env,  # noqa
+                                    timeout=900)
+    ctx = tmp_path / "ctx"
+    (ctx / "lib").mkdir(parents=True)
+    (ctx / "lib" / "msg.txt").write_text("from the context\n")
+    (ctx / "Dockerfile").write_text("FROM base\nCOPY lib/msg.txt /home/user/msg.txt\n")
+    try:
+        r = run("template", "build", "t-cli", str(ctx))
+        assert r.returncode == 0 and r.stdout == "t-cli\n", r.stderr
+        assert "STEP 2/2: COPY lib/msg.txt" in r.stderr
+        sid = run("create", "t-cli").stdout.strip()
+        tpl.created.append(sid)
+        assert run("exec", sid, "--", "cat", "msg.txt").stdout == "from the context\n"
+        r = run("template", "pool", "t-cli", "0")
+        assert r.returncode == 0 and r.stdout.startswith("t-cli pool 0"), r.stderr
+        bad = tmp_path / "Bad.Dockerfile"
+        bad.write_text("FROM base\nRUN false\n")
+        r = run("template", "build", "-f", str(bad), "t-cli-bad")
+        assert r.returncode != 0 and "the build failed" in r.stderr and r.stdout == ""
+        assert "t-cli-bad" not in run("template", "ls").stdout
+    finally:
+        r = run("template", "rm", "t-cli")
+    assert r.returncode == 0 and r.stdout == "t-cli\n", r.stderr
+
+
+
 def test_dockerfile_build_streams_its_log_and_makes_a_template(tpl):
     name = "t-build"
     try:
