@@ -60,6 +60,7 @@ struct spec_opts {
     uint64_t memory;        /* bytes */
     int64_t pids;           /* max tasks */
     bool net_raw;           /* keep CAP_NET_RAW (raw and packet sockets) */
+    bool setuid;            /* no noNewPrivileges: setuid binaries (sudo) work */
 };
 
 /* Build the container's config.json (a new reference in *out). */
