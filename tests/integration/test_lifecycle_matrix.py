@@ -273,6 +273,24 @@ class ProcessesApi(Workload):
         assert p["status"] == "running" and p["tag"] == "matrix", p
 
 
+class NonRootUser(Workload):
+    """Run as a user other than root (sbx, 1000): CRIU must read its limits from /proc on a
+    host whose root lacks CAP_SYS_RESOURCE (scripts/criu-patches/0009)."""
+    name = "nonroot"
+
+    def started(self, c, sid):
+        r = c.post(f"/sandboxes/{sid}/exec", json={
+            "argv": ["sh", "-c", "STATE_NAME=nonroot nohup python3 /tmp/wl/threads.py "
+                                 ">/dev/null 2>&1 &"], "user": "sbx"}, timeout=60)
+        assert r.status_code == 200 and r.json()["exit_code"] == 0, r.text
+        return wait_for("it to start", lambda: (s := state(c, sid, self.name))
+                        and s["count"] >= 3 and s)
+
+    def check(self, c, sid, before, now):
+        uid = c.sh(sid, f"stat -c %u /proc/{now['pid']}")["stdout"].strip()
+        assert uid == "1000", uid
+
+
 class PythonRepl(Workload):
     """A Python REPL on a FIFO: a variable set before the operation is read after it."""
     name = "repl"
@@ -295,7 +313,7 @@ class PythonRepl(Workload):
 
 ALL = [SleepInBackground(), SleepRedirected(), ShellLoop(), Threads(), HttpServer(),
        NodeServer(), Daemonized(), Pipeline(), UnixSockets(), SqliteWal(),
-       SharedMemoryAndDeletedFile(), FdProbe(), TcpLoopback(), FromTerminal(), ProcessesApi(), PythonRepl()]
+       SharedMemoryAndDeletedFile(), FdProbe(), TcpLoopback(), FromTerminal(), ProcessesApi(), NonRootUser(), PythonRepl()]
 
 
 def ok(c, r, status=200):
