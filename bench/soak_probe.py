@@ -15,6 +15,7 @@ from common import CKPT_TMP, run
 HEX64 = re.compile(r"\b[0-9a-f]{64}\b")
 IFNAME = re.compile(r"event=net\.sandbox_setup .*?sandbox=([0-9a-f]{64}) .*?if=(\S+)")
 IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+QUARANTINE_S = 300  # src/net/net.c: a freed address stays out of the pool this long
 TCP_STATES = {"01": "established", "08": "close_wait", "0A": "listen"}
 
 
@@ -175,11 +176,12 @@ class Probe:
         return out
 
     def check_mounts(self, exp):
-        """Under the state dir: the netns dir, a netns file per kept sandbox and a rootfs
-        overlay per running or paused one; nothing else."""
+        """Under the state dir: the netns dir, a netns file per kept sandbox, and a rootfs
+        overlay and a socket-dir tmpfs per running or paused one; nothing else."""
         problems = []
         want = collections.Counter(["netns"] + [f"netns/{i}" for i in exp.kept] +
-                                   [f"sandboxes/{i}/bundle/rootfs" for i in exp.live])
+                                   [f"sandboxes/{i}/bundle/rootfs" for i in exp.live] +
+                                   [f"sandboxes/{i}/sock" for i in exp.live])
         have = collections.Counter(self.mounts())
         extra, missing = have - want, want - have
         if extra:
@@ -257,6 +259,21 @@ class Probe:
         for name, elems in sets.items():
             nelem += len(elems)
             have = collections.Counter(elems)
+            if name == "quarantine":
+                # freed addresses, each with a kernel-side timeout (net.c QUARANTINE_S): they
+                # come and go by design; bounded by the timeout, never a kept sandbox's address
+                stale = [e for e in self.quarantine if not 0 < e[1] <= QUARANTINE_S]
+                if stale:
+                    problems.append(f"nft set quarantine: elements without a timeout of at "
+                                    f"most {QUARANTINE_S} s: {stale[:8]}")
+                if set(elems) & set(ips):
+                    problems.append("nft set quarantine: holds addresses in use: "
+                                    f"{sorted(set(elems) & set(ips))}")
+                continue
+            if name == "cursor":  # the pool's next-fit cursor, kept across restarts
+                if len(elems) != 1:
+                    problems.append(f"nft set cursor: {len(elems)} elements, not 1")
+                continue
             if name in ("owner", "member", "bound"):
                 want_set = ips
             else:
@@ -271,12 +288,17 @@ class Probe:
         """{set or map name: [the address (or first value) of each element]}."""
         r = run(["nft", "-j", "list", "table", "inet", self.table], check=False, text=True)
         out = {}
+        self.quarantine = []  # (address, expires in s) of the quarantine set
         if r.returncode != 0:
             return out
         for item in json.loads(r.stdout).get("nftables", []):
             body = item.get("set") or item.get("map")
             if body:
                 out[body["name"]] = [self._elem_key(e) for e in body.get("elem", [])]
+                if body["name"] == "quarantine":
+                    self.quarantine = [
+                        (self._elem_key(e), (e.get("elem") or {}).get("expires", 0)
+                         if isinstance(e, dict) else 0) for e in body.get("elem", [])]
         return out
 
     @classmethod
