@@ -286,6 +286,10 @@ class Sandboxer:
         args = [self.binary, "serve", "--listen", f"127.0.0.1:{port}", "--socket", "none",
                 "--state-dir", self.state_dir, "--registry-mirror", self.registry_url,
                 "--log-level", self.log_level] + self.extra_args
+        if "--templates-dir" not in self.extra_args:
+            # importing the built-in templates at start takes a minute of a core, a thread and
+            # a child: not what the other benchmarks measure (bench_templates passes its own)
+            args += ["--templates-dir", "none"]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # its own session: a Ctrl-C reaches only this script, which then deletes the
             # sandboxes through the daemon before stopping it
