@@ -55,6 +55,9 @@ struct serve_opts {
     uint64_t idle_timeout;
     const char *agent;
     const char *runtime;
+    const char *runc;
+    const char *runsc;
+    const char *runsc_platform;
     const char *storage_driver;
     const char *subnet;
     const char *bridge;
@@ -131,7 +134,15 @@ static const struct opt_def {
     {"agent", "SANDBOXER_AGENT", "", OPT_STR, offsetof(struct serve_opts, agent),
      "sandboxer-agent binary (default: found beside this binary)"},
     {"runtime", "SANDBOXER_RUNTIME", "runc", OPT_STR, offsetof(struct serve_opts, runtime),
-     "OCI runtime binary"},
+     "the runtime of a sandbox that does not ask: runc, or runsc (gVisor)"},
+    {"runc", "SANDBOXER_RUNC", "runc", OPT_STR, offsetof(struct serve_opts, runc),
+     "the runc binary"},
+    {"runsc", "SANDBOXER_RUNSC", "runsc", OPT_STR, offsetof(struct serve_opts, runsc),
+     "the runsc (gVisor) binary"},
+    {"runsc-platform", "SANDBOXER_RUNSC_PLATFORM", "auto", OPT_STR,
+     offsetof(struct serve_opts, runsc_platform),
+     "gVisor's platform: auto (kvm if it runs here, else ptrace), ptrace or kvm (probed at start, "
+     "falling back to ptrace)"},
     {"storage-driver", "SANDBOXER_STORAGE_DRIVER", "auto", OPT_STR,
      offsetof(struct serve_opts, storage_driver),
      "auto (btrfs when the state dir is on btrfs), overlay or btrfs"},
@@ -480,6 +491,9 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .agent_bin = d->agent,
         .self_exe = d->self,
         .runtime = o->runtime,
+        .runc_bin = o->runc,
+        .runsc_bin = o->runsc,
+        .runsc_platform = o->runsc_platform,
         .storage_driver = o->storage_driver,
         .net = d->net,
         .default_network = o->default_network,

@@ -65,7 +65,42 @@ static int check_peer(int fd, pid_t expected_pid, err_t *err)
     return 0;
 }
 
-int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err)
+/* Equal without a timing difference in where they differ. */
+static bool consttime_eq(const uint8_t *a, const char *b, size_t n)
+{
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= a[i] ^ (unsigned char)b[i];
+    return d == 0;
+}
+
+static int impostor(err_t *err)
+{
+    return err_set(err, ERR_BAD_GATEWAY, 0, "agent_impostor",
+                   "the sandbox's agent socket is served by something other than the sandbox's "
+                   "agent (something in the sandbox replaced it); the daemon refuses to use it");
+}
+
+/* AUTH → AUTH_OK carrying token, compared in constant time. */
+static int check_token(int fd, const char *token, int timeout_ms, err_t *err)
+{
+    agentc_reader_t r;
+    struct agent_frame f;
+    agentc_reader_init(&r);
+    double deadline = now_mono_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
+    err_t e = {0};
+    int rc = agentc_send(fd, AGENT_AUTH, NULL, 0, &e);
+    if (rc == 0)
+        rc = agentc_read_frame(fd, &r, &f, deadline, &e);
+    size_t n = strlen(token);
+    if (rc == 0 && (f.type != AGENT_AUTH_OK || f.len != n || !consttime_eq(f.payload, token, n)))
+        rc = -1;
+    agentc_reader_free(&r);
+    return rc == 0 ? 0 : impostor(err);
+}
+
+int agentc_connect(int dirfd, const char *name, const struct agentc_peer *peer, int timeout_ms,
+                   err_t *err)
 {
     struct stat st;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -87,7 +122,9 @@ int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return unavailable(err, errno, "connect");
     set_send_timeout(fd, 0);
-    if (check_peer(fd, expected_pid, err) < 0)
+    if (peer && check_peer(fd, peer->pid, err) < 0)
+        return -1;
+    if (peer && peer->token && check_token(fd, peer->token, timeout_ms, err) < 0)
         return -1;
     return steal_fd(&fd);
 }
@@ -121,7 +158,8 @@ void agentc_closep(int *fd)
 }
 
 /* One PING/PONG exchange on a new connection. */
-static int ping_once(int dirfd, const char *name, pid_t pid, double deadline, err_t *err)
+static int ping_once(int dirfd, const char *name, const struct agentc_peer *pid, double deadline,
+                     err_t *err)
 {
     int left = (int)(deadline - now_mono_ms()) + 1;
     _cleanup_agentc_ int fd = agentc_connect(dirfd, name, pid, left, err);
@@ -140,7 +178,8 @@ static int ping_once(int dirfd, const char *name, pid_t pid, double deadline, er
     return rc;
 }
 
-int agentc_wait_ready(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err)
+int agentc_wait_ready(int dirfd, const char *name, const struct agentc_peer *expected_pid,
+                      int timeout_ms, err_t *err)
 {
     double deadline = now_mono_ms() + timeout_ms;
     long sleep_us = 1000;

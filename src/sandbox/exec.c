@@ -101,7 +101,7 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
 {
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int fd = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
+    int fd = agentc_connect(dirfd, "agent.sock", &l->peer, 5000, err);
     if (fd < 0)
         return -1;
     _cleanup_free_ const char **argv = argv_vec(q->argv);

@@ -19,7 +19,10 @@ struct sbx_config {
     const char *state_dir;
     const char *agent_bin;       /* sandboxer-agent to copy into the state dir */
     const char *self_exe;        /* the sandboxer binary (for the shim) */
-    const char *runtime;         /* "runc" */
+    const char *runtime;         /* the runtime of a sandbox that does not ask: "runc", "runsc" */
+    const char *runc_bin;        /* runc (path or name) */
+    const char *runsc_bin;       /* runsc (path or name) */
+    const char *runsc_platform;  /* "auto", "ptrace" or "kvm" */
     const char *storage_driver;  /* "auto", "overlay" or "btrfs" */
     struct net *net;             /* the network layer (bridge, netns, rules) */
     const char *default_network; /* egress of a sandbox that does not ask: "none"|"open" */
