@@ -92,9 +92,9 @@ enum agent_frame_type {
     AGENT_AUTH_OK = 0x88,     /* the agent's token (the bytes it read with --auth-stdin) */
 };
 
-/* The signal that makes a quiesced agent listen on its sockets again (after a restore);
- * SIGRTMIN+6 with glibc. Any other time it does nothing. */
-#define AGENT_RESUME_SIGNAL 40
+/* The signal that makes a quiesced agent listen on its sockets again (after a restore):
+ * SIGPWR (runsc kill knows no real-time signal). Any other time it does nothing. */
+#define AGENT_RESUME_SIGNAL 30
 /* The agent's token: hex characters, read from stdin with --auth-stdin. */
 #define AGENT_TOKEN_LEN 64
 

@@ -62,9 +62,9 @@ static void probe_wait(void)
 static void runsc_global_args(const struct runtime *rt, const char **out, size_t max)
 {
     probe_wait();
-    const char *args[] = {"--root",       rt->root,    "--platform",
-                          probe.platform, "--network", "sandbox",
-                          "--host-uds",   "all",       NULL};
+    /* --net-raw: the spec's capabilities decide (CAP_NET_RAW only where net_raw asked). */
+    const char *args[] = {"--root",  rt->root,     "--platform", probe.platform, "--network",
+                          "sandbox", "--host-uds", "all",        "--net-raw",    NULL};
     for (size_t i = 0; i < ARRAY_SIZE(args) && i < max; i++)
         out[i] = args[i];
 }
@@ -73,8 +73,13 @@ static int runsc_kill(const struct runtime *rt, const char *id, int sig, bool al
 {
     char s[16];
     snprintf(s, sizeof(s), "%d", sig);
-    return all ? runtime_run(rt, NULL, RUNSC_TIMEOUT_MS, err, "kill", "--all", id, s, NULL)
-               : runtime_run(rt, NULL, RUNSC_TIMEOUT_MS, err, "kill", id, s, NULL);
+    /* In a restored container `kill --all` reaches every process but the init: the init gets
+     * the signal too (for SIGKILL that ends the sandbox). */
+    err_t e = {0};
+    int rc = all ? runtime_run(rt, NULL, RUNSC_TIMEOUT_MS, &e, "kill", "--all", id, s, NULL) : -1;
+    if (runtime_run(rt, NULL, RUNSC_TIMEOUT_MS, err, "kill", id, s, NULL) == 0 || rc == 0)
+        return 0;
+    return -1;
 }
 
 /* Remove the cgroup leaf runsc made for id (cgroupsPath /sandboxer/<id>) in every hierarchy. */

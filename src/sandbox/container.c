@@ -221,13 +221,20 @@ static void live_from_record(struct sbx_live *l, const sandbox_rec_t *r)
     snprintf(l->token, sizeof(l->token), "%s", token ? token : "");
 }
 
+/* The runtime took the address off the interface when it last ran (runsc): give it back. */
+static int reapply_net(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                       const struct sbx_paths *p, err_t *err)
+{
+    if (!runtime_can(l->rt, RUNTIME_NET_REAPPLY) || !r->ip_address[0])
+        return 0;
+    return sbx_net_setup(m, r, p, r->ip_address, err);
+}
+
 int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const struct sbx_paths *p,
               const char *restore, err_t *err)
 {
     live_from_record(l, r);
-    /* The runtime took the address off the interface when it last ran: give it back. */
-    if (runtime_can(l->rt, RUNTIME_NET_REAPPLY) && r->ip_address[0] &&
-        sbx_net_setup(m, r, p, r->ip_address, err) < 0)
+    if (reapply_net(m, l, r, p, err) < 0)
         return -1;
     if (sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, err) < 0)
         return -1;
@@ -372,7 +379,7 @@ static int capture_stopping(sbx_mgr_t *m, const sandbox_rec_t *src, const struct
         err_t e = {0};
         wait_shim(m, src->id, 10000);
         runtime_delete(rt, src->id, &e);
-        if (sbx_boot(m, l, &sp, c->ckpt_dir, NULL, &e) < 0) {
+        if (reapply_net(m, l, src, &sp, &e) < 0 || sbx_boot(m, l, &sp, c->ckpt_dir, NULL, &e) < 0) {
             log_warn("sandbox.restore_failed", "sandbox=%s msg=\"%s\" fallback=cold", src->id,
                      e.msg);
             sbx_note(m, src->id, "restore", e.msg);

@@ -77,6 +77,7 @@ def get_via(host, path="/x", port=PORT):
     return f"GET http://{host}:{port}{path} HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_a_proxy_sandbox_reaches_its_allowed_hosts_only(sbx_daemon, sbx, outside):
     gw = gateway(sbx_daemon)
     s = sbx.create("busybox", network="proxy", egress_allow=[outside, "*.example.test"])

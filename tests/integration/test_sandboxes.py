@@ -45,6 +45,7 @@ def test_sandbox_object_has_every_field(sbx):
     assert s["id"] in [x["id"] for x in listed]
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_exec_echo_exit_codes_and_signals(sbx):
     sid = sbx.create("busybox")["id"]
     r = sbx.sh(sid, "echo hi")
@@ -75,6 +76,7 @@ def test_exec_stream_separates_and_orders(sbx):
                          "exit_code": 5, "timed_out": False}
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_exec_stream_is_live(sbx):
     sid = sbx.create("busybox")["id"]
     t0 = time.monotonic()
@@ -104,6 +106,7 @@ def test_exec_timeout_kills_the_group(sbx):
     assert ps == "0", "the timed-out exec's background child must be gone"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_exec_stdin(sbx):
     sid = sbx.create("busybox")["id"]
     r = sbx.post(f"/sandboxes/{sid}/exec",
@@ -124,6 +127,7 @@ def test_fifty_concurrent_execs(sbx):
     assert outs == [f"{i}\n" for i in range(50)]
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_env_args_hostname_workdir_honoured(sbx):
     s = sbx.create("busybox", env={"GREETING": "hello world"}, hostname="box1",
                    args=["sh", "-c", "echo main-started; exec sleep 1000"])
@@ -193,6 +197,7 @@ def test_cannot_see_host_processes_mounts_or_devices(sbx):
         "not permitted" in r["stdout"]
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_symlink_at_the_agent_socket_is_not_followed(sbx_daemon, sbx, tmp_path):
     import socket as so
     sid = sbx.create("busybox")["id"]
@@ -270,6 +275,7 @@ def test_exec_history_routes(sbx):
     assert more["logs"] == []
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_logs_stream_follows_until_exit(sbx):
     s = sbx.create("busybox", args=["sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.3; done"])
     with sbx.stream("GET", f"/sandboxes/{s['id']}/logs", params={"stream": "true"},
@@ -280,6 +286,7 @@ def test_logs_stream_follows_until_exit(sbx):
     assert done["exit_code"] == 0
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_delete_leaves_nothing_behind(sbx_daemon, sbx):
     sid = sbx.create("busybox")["id"]
     sdir = os.path.join(sbx_daemon.state_dir, "sandboxes", sid)
