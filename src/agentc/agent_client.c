@@ -81,22 +81,42 @@ static int impostor(err_t *err)
                    "agent (something in the sandbox replaced it); the daemon refuses to use it");
 }
 
+/* Read exactly n bytes before deadline, never more: what follows belongs to the caller's
+ * reader (the console sends its replay right behind AUTH_OK). */
+static int read_exact(int fd, uint8_t *p, size_t n, double deadline)
+{
+    while (n > 0) {
+        int left = (int)(deadline - now_mono_ms());
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&pfd, 1, left) <= 0)
+            return -1;
+        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
 /* AUTH → AUTH_OK carrying token, compared in constant time. */
 static int check_token(int fd, const char *token, int timeout_ms, err_t *err)
 {
-    agentc_reader_t r;
-    struct agent_frame f;
-    agentc_reader_init(&r);
     double deadline = now_mono_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
-    err_t e = {0};
-    int rc = agentc_send(fd, AGENT_AUTH, NULL, 0, &e);
-    if (rc == 0)
-        rc = agentc_read_frame(fd, &r, &f, deadline, &e);
     size_t n = strlen(token);
-    if (rc == 0 && (f.type != AGENT_AUTH_OK || f.len != n || !consttime_eq(f.payload, token, n)))
-        rc = -1;
-    agentc_reader_free(&r);
-    return rc == 0 ? 0 : impostor(err);
+    uint8_t hdr[AGENT_HEADER_LEN], got[AGENT_TOKEN_LEN];
+    err_t e = {0};
+    struct agent_frame f;
+    size_t used;
+    if (n != sizeof(got) || agentc_send(fd, AGENT_AUTH, NULL, 0, &e) < 0 ||
+        read_exact(fd, hdr, sizeof(hdr), deadline) < 0 ||
+        agent_frame_parse(hdr, sizeof(hdr), &f, &used) != AGENT_PARSE_INCOMPLETE ||
+        hdr[4] != AGENT_AUTH_OK ||
+        ((uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3]) != n ||
+        read_exact(fd, got, n, deadline) < 0 || !consttime_eq(got, token, n))
+        return impostor(err);
+    return 0;
 }
 
 int agentc_connect(int dirfd, const char *name, const struct agentc_peer *peer, int timeout_ms,
