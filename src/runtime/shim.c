@@ -173,6 +173,39 @@ static int container_stdin(struct shim *s)
     return p[0];
 }
 
+/*
+ * runsc's own process stays in the shim's mount namespace for the container's life, and that
+ * namespace began as a copy of the host's: a copy of every other sandbox's overlay root and
+ * netns file would stay mounted there after the host unmounted the original (its overlay then
+ * refuses a new mount of the same upper dir, EBUSY; its netns would never go). Only this
+ * sandbox's root is kept (and its netns file, under the state dir's netns/).
+ */
+static void detach_other_sandboxes(const struct shim *s)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return;
+    _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->bundle);
+    char line[4096], mp[2048], type[64];
+    char *points[4096];
+    size_t n = 0;
+    while (fgets(line, sizeof(line), f) && n < ARRAY_SIZE(points)) {
+        const char *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*s %*s %*s %*s %2047s", mp) != 1 ||
+            sscanf(dash + 3, "%63s", type) != 1)
+            continue;
+        bool other_root = strcmp(type, "overlay") == 0 && strcmp(mp, rootfs) != 0;
+        bool other_netns = strcmp(type, "nsfs") == 0 && !strstr(mp, s->id);
+        if (other_root || other_netns)
+            points[n++] = strdup(mp);
+    }
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        umount2(points[i], MNT_DETACH);
+        free(points[i]);
+    }
+}
+
 static pid_t start_runc(struct shim *s, int out_w, int err_w)
 {
     _cleanup_free_ char *pidfile = xasprintf("%s/init.pid", s->run_dir);
@@ -189,6 +222,8 @@ static pid_t start_runc(struct shim *s, int out_w, int err_w)
         fprintf(stderr, "cannot hide /proc/sys/net from runsc: %s\n", strerror(errno));
         _exit(127);
     }
+    if (runsc)
+        detach_other_sandboxes(s);
     const char *argv[SHIM_GLOBALS_MAX + 24];
     size_t n = 0;
     argv[n++] = s->runtime;
