@@ -284,6 +284,7 @@ int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int po
     if (sbx_exec_check(m, &owner, out->id, err) < 0 || sbx_lookup(m, &owner, out->id, &r, err) < 0)
         return -1;
     snprintf(out->ip, sizeof(out->ip), "%s", r.ip_address);
+    out->abortive_close = runtime_can(sbx_runtime(&r), RUNTIME_AGENT_QUIESCE);
     store_sandbox_touch(m->store, r.id);
     store_sandbox_rec_clear(&r);
     out->port = port > 0 ? port : dflt > 0 ? dflt : sbx_listening_port(m, &owner, out->id);

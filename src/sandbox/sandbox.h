@@ -272,6 +272,9 @@ struct sbx_target {
     char id[65];
     char ip[48];
     int port;
+    /* End the connection with a reset, never a FIN: no TCP endpoint of the sandbox is left
+     * closing (TIME_WAIT), which its runtime could not checkpoint (gVisor). */
+    bool abortive_close;
 };
 /*
  * The sandbox key's address and port for the proxy: the caller's own sandbox, or anyone's
