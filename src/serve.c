@@ -28,6 +28,7 @@
 #include "proxy/egress.h"
 #include "runtime/runtime.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/template.h"
 #include "store/store.h"
 #include "store/store_sandboxes.h"
 
@@ -65,6 +66,7 @@ struct serve_opts {
     const char *default_network;
     const char *vhost;
     const char *cgroup_favordynmods;
+    const char *templates_dir;
     uint64_t egress_proxy_port;
     uint64_t egress_max_conns;
     uint64_t egress_max_conns_per_sandbox;
@@ -185,6 +187,10 @@ static const struct opt_def {
     {"user-max-creates-per-minute", "SANDBOXER_USER_MAX_CREATES_PER_MINUTE", "60", OPT_STR,
      offsetof(struct serve_opts, user_max[6]),
      "creates, forks and snapshot starts a non-admin user may make a minute"},
+    {"templates-dir", "SANDBOXER_TEMPLATES_DIR", "/var/cache/sandboxer/templates", OPT_STR,
+     offsetof(struct serve_opts, templates_dir),
+     "the built-in templates' OCI layouts (scripts/setup builds them), imported at start "
+     "('none': no built-in templates)"},
     {"cgroup-favordynmods", "SANDBOXER_CGROUP_FAVORDYNMODS", "on", OPT_STR,
      offsetof(struct serve_opts, cgroup_favordynmods),
      "on: turn on the host's cgroup2 favordynmods (fast cgroup moves; see README) or off"},
@@ -494,6 +500,7 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .runc_bin = o->runc,
         .runsc_bin = o->runsc,
         .runsc_platform = o->runsc_platform,
+        .templates_dir = none_to_null(o->templates_dir),
         .storage_driver = o->storage_driver,
         .net = d->net,
         .default_network = o->default_network,
@@ -507,7 +514,8 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .egress_proxy_port = (int)o->egress_proxy_port,
         .user_limits = user_limits,
     };
-    if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0)
+    if (!(d->sbx = sbx_open(&sc, d->store, d->images, err)) || sbx_reconcile(d->sbx, err) < 0 ||
+        sbx_templates_start(d->sbx, err) < 0)
         return -1;
     if (o->egress_proxy_port > 0) {
         char gw[16];

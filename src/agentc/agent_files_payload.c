@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "agent_client.h"
+#include "agentc_internal.h"
 #include "common/cleanup.h"
 #include "common/jsonx.h"
 
@@ -18,23 +19,9 @@
 static const char *const file_types[] = {"file",   "dir",  "symlink", "fifo",
                                          "socket", "char", "block"};
 
-static int bad_payload(err_t *err, const char *what)
-{
-    return err_set(err, ERR_RUNTIME, 0, "agent_protocol", "malformed %s frame from the agent",
-                   what);
-}
-
 static json_t *load_object(const struct agent_frame *f, uint8_t type)
 {
-    json_error_t jerr;
-    if (f->type != type)
-        return NULL;
-    json_t *j = json_loadb((const char *)f->payload, f->len, JSON_REJECT_DUPLICATES, &jerr);
-    if (j && !json_is_object(j)) {
-        json_decref(j);
-        return NULL;
-    }
-    return j;
+    return f->type == type ? agentc_payload_object(f) : NULL;
 }
 
 /* The static name of a file type, or NULL. */
@@ -145,7 +132,7 @@ int agentc_decode_file_info(const struct agent_frame *f, const char *path,
     json_t *l = j ? json_object_get(j, "length") : NULL;
     if (!j || (o && !get_u64(j, "offset", &offset)) || (l && !get_u64(j, "length", &length)) ||
         decode_info(j, agent_path_base(path), path, out) < 0)
-        return bad_payload(err, "FILE_INFO");
+        return agentc_bad_payload(err, "FILE_INFO");
     out->offset = offset;
     out->length = length;
     return 0;
@@ -159,14 +146,14 @@ int agentc_decode_dir_entries(const struct agent_frame *f, const char *dir, json
     json_t *e;
     size_t i;
     if (!json_is_array(list))
-        return bad_payload(err, "DIR_ENTRIES");
+        return agentc_bad_payload(err, "DIR_ENTRIES");
     const char *sep = strcmp(dir, "/") == 0 ? "" : dir;
     json_array_foreach(list, i, e)
     {
         const char *name = plain_string(json_object_get(e, "name"), NAME_MAX_BYTES);
         struct agentc_file_info info;
         if (!json_is_object(e) || !valid_name(name))
-            return bad_payload(err, "DIR_ENTRIES");
+            return agentc_bad_payload(err, "DIR_ENTRIES");
         if (json_array_size(entries) >= max) {
             *truncated = true;
             return 0;
@@ -174,7 +161,7 @@ int agentc_decode_dir_entries(const struct agent_frame *f, const char *dir, json
         char path[AGENT_PATH_MAX + NAME_MAX_BYTES + 2];
         snprintf(path, sizeof(path), "%s/%s", sep, name);
         if (decode_info(e, name, path, &info) < 0)
-            return bad_payload(err, "DIR_ENTRIES");
+            return agentc_bad_payload(err, "DIR_ENTRIES");
         json_array_append_new(entries, info.json);
     }
     return 0;
@@ -185,7 +172,7 @@ int agentc_decode_list_end(const struct agent_frame *f, bool *truncated, err_t *
     _cleanup_json_ json_t *j = load_object(f, AGENT_FILE_END);
     json_t *t = j ? json_object_get(j, "truncated") : NULL;
     if (!j || (t && !json_is_boolean(t)))
-        return bad_payload(err, "FILE_END");
+        return agentc_bad_payload(err, "FILE_END");
     *truncated = json_is_true(t);
     return 0;
 }
@@ -197,7 +184,7 @@ int agentc_decode_ok(const struct agent_frame *f, struct agentc_ok *out, err_t *
     json_t *size = j ? json_object_get(j, "size") : NULL;
     *out = (struct agentc_ok){0};
     if (!j || (ready && !json_is_boolean(ready)) || (size && !get_u64(j, "size", &out->size)))
-        return bad_payload(err, "OK");
+        return agentc_bad_payload(err, "OK");
     out->ready = json_is_true(ready);
     out->has_size = size != NULL;
     return 0;

@@ -8,18 +8,18 @@
 #include <string.h>
 
 #include "agent_client.h"
+#include "agentc_internal.h"
 #include "common/cleanup.h"
 #include "common/jsonx.h"
 #include "common/util.h"
 
-static int bad_payload(err_t *err, const char *what)
+int agentc_bad_payload(err_t *err, const char *what)
 {
     return err_set(err, ERR_RUNTIME, 0, "agent_protocol", "malformed %s frame from the agent",
                    what);
 }
 
-/* The payload as a JSON object, or NULL. */
-static json_t *load_object(const struct agent_frame *f)
+json_t *agentc_payload_object(const struct agent_frame *f)
 {
     json_error_t jerr;
     json_t *j = json_loadb((const char *)f->payload, f->len, JSON_REJECT_DUPLICATES, &jerr);
@@ -30,8 +30,7 @@ static json_t *load_object(const struct agent_frame *f)
     return j;
 }
 
-/* An integer member within [min, max]. */
-static bool get_int(json_t *obj, const char *key, json_int_t min, json_int_t max, json_int_t *out)
+bool agentc_get_int(json_t *obj, const char *key, json_int_t min, json_int_t max, json_int_t *out)
 {
     json_t *v = json_object_get(obj, key);
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
@@ -42,24 +41,24 @@ static bool get_int(json_t *obj, const char *key, json_int_t min, json_int_t max
 
 int agentc_decode_exit(const struct agent_frame *f, struct agentc_exit *out, err_t *err)
 {
-    _cleanup_json_ json_t *j = f->type == AGENT_EXIT ? load_object(f) : NULL;
+    _cleanup_json_ json_t *j = f->type == AGENT_EXIT ? agentc_payload_object(f) : NULL;
     json_int_t code, sig = 0;
     json_t *s = j ? json_object_get(j, "signal") : NULL;
     json_t *t = j ? json_object_get(j, "timed_out") : NULL;
-    if (!j || !get_int(j, "exit_code", 0, 255, &code) || !json_is_boolean(t))
-        return bad_payload(err, "EXIT");
-    if (s && !json_is_null(s) && !get_int(j, "signal", 1, 64, &sig))
-        return bad_payload(err, "EXIT");
+    if (!j || !agentc_get_int(j, "exit_code", 0, 255, &code) || !json_is_boolean(t))
+        return agentc_bad_payload(err, "EXIT");
+    if (s && !json_is_null(s) && !agentc_get_int(j, "signal", 1, 64, &sig))
+        return agentc_bad_payload(err, "EXIT");
     *out = (struct agentc_exit){(int)code, (int)sig, json_is_true(t)};
     return 0;
 }
 
 int agentc_decode_started(const struct agent_frame *f, pid_t *pid, err_t *err)
 {
-    _cleanup_json_ json_t *j = f->type == AGENT_STARTED ? load_object(f) : NULL;
+    _cleanup_json_ json_t *j = f->type == AGENT_STARTED ? agentc_payload_object(f) : NULL;
     json_int_t v;
-    if (!j || !get_int(j, "pid", 1, 0x7fffffff, &v))
-        return bad_payload(err, "STARTED");
+    if (!j || !agentc_get_int(j, "pid", 1, 0x7fffffff, &v))
+        return agentc_bad_payload(err, "STARTED");
     *pid = (pid_t)v;
     return 0;
 }
@@ -81,11 +80,11 @@ static void copy_clean(char *out, size_t size, const char *s, bool is_code)
 int agentc_decode_error(const struct agent_frame *f, char *code, size_t code_size, char *msg,
                         size_t msg_size, err_t *err)
 {
-    _cleanup_json_ json_t *j = f->type == AGENT_ERROR ? load_object(f) : NULL;
+    _cleanup_json_ json_t *j = f->type == AGENT_ERROR ? agentc_payload_object(f) : NULL;
     const char *c = j ? json_string_value(json_object_get(j, "code")) : NULL;
     const char *m = j ? json_string_value(json_object_get(j, "message")) : NULL;
     if (!c || !m || !c[0])
-        return bad_payload(err, "ERROR");
+        return agentc_bad_payload(err, "ERROR");
     copy_clean(code, code_size, c, true);
     copy_clean(msg, msg_size, m, false);
     return 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agent_procs.h"
+#include "agentc_internal.h"
 #include "common/cleanup.h"
 #include "common/jsonx.h"
 #include "common/util.h"
@@ -17,33 +18,6 @@
 #define COMMAND_MAX (8 * 1024)
 #define TAG_MAX     256
 
-static int bad(err_t *err, const char *what)
-{
-    return err_set(err, ERR_RUNTIME, 0, "agent_protocol", "malformed %s frame from the agent",
-                   what);
-}
-
-static json_t *load_object(const struct agent_frame *f)
-{
-    json_error_t jerr;
-    json_t *j = json_loadb((const char *)f->payload, f->len, JSON_REJECT_DUPLICATES, &jerr);
-    if (j && !json_is_object(j)) {
-        json_decref(j);
-        return NULL;
-    }
-    return j;
-}
-
-static bool get_uint(json_t *obj, const char *key, json_int_t min, json_int_t max, json_int_t *out)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return false;
-    *out = json_integer_value(v);
-    return true;
-}
-
-/* A time in Unix seconds, finite and not negative; NULL for a bad one. */
 static json_t *time_json(json_t *v)
 {
     double t = json_number_value(v);
@@ -83,9 +57,9 @@ static int decode_end(json_t *j, struct agentc_proc *p)
     if (!status || (strcmp(status, "running") != 0 && strcmp(status, "exited") != 0))
         return -1;
     p->running = strcmp(status, "running") == 0;
-    if (p->running ? !json_is_null(code) : !get_uint(j, "exit_code", 0, 255, &c))
+    if (p->running ? !json_is_null(code) : !agentc_get_int(j, "exit_code", 0, 255, &c))
         return -1;
-    if (!json_is_null(sig) && (p->running || !get_uint(j, "signal", 1, 64, &s)))
+    if (!json_is_null(sig) && (p->running || !agentc_get_int(j, "signal", 1, 64, &s)))
         return -1;
     p->exit_code = (int)c;
     p->signal = (int)s;
@@ -99,9 +73,10 @@ static int decode_members(json_t *j, struct agentc_proc *p, json_t *out)
     json_t *tty = json_object_get(j, "tty"), *in = json_object_get(j, "stdin");
     json_t *trunc = json_object_get(j, "argv_truncated");
     json_t *ended = json_object_get(j, "ended_at");
-    if (!get_uint(j, "pid", 1, 0x7fffffff, &pid) || !json_is_boolean(tty) || !json_is_boolean(in) ||
-        !get_uint(j, "output_start", 0, CURSOR_MAX, &start) ||
-        !get_uint(j, "output_end", start, CURSOR_MAX, &end) || (trunc && !json_is_boolean(trunc)))
+    if (!agentc_get_int(j, "pid", 1, 0x7fffffff, &pid) || !json_is_boolean(tty) ||
+        !json_is_boolean(in) || !agentc_get_int(j, "output_start", 0, CURSOR_MAX, &start) ||
+        !agentc_get_int(j, "output_end", start, CURSOR_MAX, &end) ||
+        (trunc && !json_is_boolean(trunc)))
         return -1;
     *p = (struct agentc_proc){.pid = (pid_t)pid,
                               .tty = json_is_true(tty),
@@ -127,11 +102,11 @@ static int decode_members(json_t *j, struct agentc_proc *p, json_t *out)
 
 int agentc_decode_process(const struct agent_frame *f, struct agentc_proc *out, err_t *err)
 {
-    _cleanup_json_ json_t *j = f->type == AGENT_PROCESS ? load_object(f) : NULL;
+    _cleanup_json_ json_t *j = f->type == AGENT_PROCESS ? agentc_payload_object(f) : NULL;
     _cleanup_json_ json_t *o = json_object();
     struct agentc_proc p = {0};
     if (!j || decode_members(j, &p, o) < 0 || decode_end(j, &p) < 0)
-        return bad(err, "PROCESS");
+        return agentc_bad_payload(err, "PROCESS");
     json_object_set_new(o, "pid", json_integer(p.pid));
     json_object_set_new(o, "tty", json_boolean(p.tty));
     json_object_set_new(o, "stdin", json_boolean(p.stdin_open && p.running));
@@ -157,10 +132,11 @@ void agentc_proc_free(struct agentc_proc *p)
 int agentc_decode_output_info(const struct agent_frame *f, uint64_t *cursor, uint64_t *dropped,
                               err_t *err)
 {
-    _cleanup_json_ json_t *j = f->type == AGENT_OUTPUT_INFO ? load_object(f) : NULL;
+    _cleanup_json_ json_t *j = f->type == AGENT_OUTPUT_INFO ? agentc_payload_object(f) : NULL;
     json_int_t c, d;
-    if (!j || !get_uint(j, "cursor", 0, CURSOR_MAX, &c) || !get_uint(j, "dropped", 0, c, &d))
-        return bad(err, "OUTPUT_INFO");
+    if (!j || !agentc_get_int(j, "cursor", 0, CURSOR_MAX, &c) ||
+        !agentc_get_int(j, "dropped", 0, c, &d))
+        return agentc_bad_payload(err, "OUTPUT_INFO");
     *cursor = (uint64_t)c;
     *dropped = (uint64_t)d;
     return 0;

@@ -77,7 +77,7 @@ int h_image_delete(api_req_t *r, err_t *err)
         return -1;
     if (sbx_image_in_use(r->api->sbx, ref))
         return err_set(err, ERR_CONFLICT, 0, "image_in_use",
-                       "image %s is used by a sandbox; delete the sandbox first", ref);
+                       "image %s is used by a sandbox or a template; delete that first", ref);
     if (image_remove(r->api->images, ref, err) < 0)
         return -1;
     api_reply_json(r, 200, json_pack("{s:s, s:b}", "ref", ref, "deleted", 1));

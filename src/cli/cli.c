@@ -21,14 +21,20 @@ static const struct cli_verb verbs[] = {
         .name = "create",
         .section = "Sandboxes",
         .run = cmd_create,
-        .summary = "create a sandbox from an image or a snapshot",
-        .synopsis = "IMAGE [OPTIONS] [--] [ARGS...]\n"
+        .summary = "create a sandbox from a template, an image or a snapshot",
+        .synopsis = "[IMAGE|TEMPLATE] [OPTIONS] [--] [ARGS...]\n"
+                    "       sandboxer create --template NAME [OPTIONS]\n"
                     "       sandboxer create --snapshot NAME [--label L] [--hostname H]",
-        .help = "Creates a sandbox from IMAGE (pulled first if the daemon lacks it, which may\n"
-                "take minutes) and prints its id on stdout, so that `ID=$(sandboxer create\n"
-                "busybox)` captures it. The main process is ARGS if given, else the image's\n"
-                "entrypoint and command; with neither, the sandbox idles, ready for exec.\n"
-                "Options end at the first of ARGS; `--` ends them explicitly.\n"
+        .help = "Creates a sandbox and prints its id on stdout, so that `ID=$(sandboxer create)`\n"
+                "captures it. With no IMAGE it starts from the template `base` (Debian 12 with\n"
+                "python3, node, git, curl and sudo, user `user`; see `sandboxer template ls`),\n"
+                "which needs no registry. A bare name that is a template (base,\n"
+                "code-interpreter, your own) means that template; any other IMAGE is pulled\n"
+                "first if the daemon lacks it, which may take minutes. The main process is ARGS\n"
+                "if given, else the image's entrypoint and command; with neither, the sandbox\n"
+                "idles, ready for exec. Options end at the first of ARGS; `--` ends them\n"
+                "explicitly. A template with a warm pool answers at once with a started sandbox\n"
+                "when only --label and --public are given.\n"
                 "\n"
                 "With --snapshot NAME instead of IMAGE, the sandbox starts from your snapshot\n"
                 "NAME (see `sandboxer snapshot create`): its files and, if the snapshot kept\n"
@@ -36,6 +42,7 @@ static const struct cli_verb verbs[] = {
                 "and limits come from the snapshot, so only --label and --hostname apply.\n"
                 "\n"
                 "Options:\n"
+                "  --template NAME  start from the template NAME (as a bare IMAGE does)\n"
                 "  --snapshot NAME  start from the snapshot NAME instead of an IMAGE\n"
                 "  --label L        a label to show in `ls`\n"
                 "  --hostname H     the sandbox's hostname\n"
@@ -55,9 +62,11 @@ static const struct cli_verb verbs[] = {
                 "  --allow HOST     with --network proxy: a host it may reach, *.DOMAIN for\n"
                 "                   its subdomains, or an IPv4 address (repeatable)\n"
                 "  --net-raw        keep CAP_NET_RAW (raw sockets: tcpdump, arping); ping\n"
-                "                   works without it\n",
+                "                   works without it\n"
+                "  --setuid         let setuid programs (sudo) gain privileges; templates'\n"
+                "                   sandboxes have it already\n",
         .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,disk=,public,port=,"
-                "snapshot=,network=,allow=,net-raw",
+                "snapshot=,network=,allow=,net-raw,template=,setuid",
         .min_args = 0,
         .fixed_args = 1, /* IMAGE, when given, does not end the options */
         .max_args = -1,
@@ -481,6 +490,63 @@ static const struct cli_verb verbs[] = {
                 "others; the exit status is 1 if any failed.\n",
         .min_args = 1,
         .max_args = -1,
+    },
+    {
+        .name = "template build",
+        .section = "Templates",
+        .run = cmd_template_build,
+        .summary = "build a template from a Dockerfile",
+        .synopsis = "[-f DOCKERFILE] NAME [CONTEXT]",
+        .help = "Builds the template NAME from DOCKERFILE (default: CONTEXT/Dockerfile) on the\n"
+                "daemon with buildah, sending the files under the directory CONTEXT (at most\n"
+                "1000 files, 12 MB) for its COPY and ADD lines. FROM names a template (base,\n"
+                "code-interpreter or one of yours). RUN steps have no network unless an admin\n"
+                "asks for it with --network. The build's log goes to stderr as it comes; NAME\n"
+                "goes to stdout when the template is ready (a failed build leaves none). Start\n"
+                "sandboxes from it with `sandboxer create NAME`.\n"
+                "\n"
+                "Options:\n"
+                "  -f, --file PATH  the Dockerfile\n"
+                "  --pool N         keep N sandboxes of it started ahead (a warm pool)\n"
+                "  --global         (admins) a template every user sees\n"
+                "  --network        (admins) RUN steps share the host's network\n",
+        .opts = "f|file=,pool=,global,network",
+        .min_args = 1,
+        .max_args = 2,
+    },
+    {
+        .name = "template ls",
+        .section = "Templates",
+        .run = cmd_template_ls,
+        .summary = "list the templates you can start sandboxes from",
+        .synopsis = "",
+        .help = "Lists the templates you see: yours and the global ones (the built-in base and\n"
+                "code-interpreter among them). NAME, SOURCE (builtin, dockerfile or snapshot),\n"
+                "GLOBAL, POOL (sandboxes ready / the pool's size) and CREATED (local time).\n",
+    },
+    {
+        .name = "template rm",
+        .section = "Templates",
+        .run = cmd_template_rm,
+        .summary = "delete templates",
+        .synopsis = "NAME...",
+        .help = "Deletes each of your templates (admins: global ones too; built-in ones never),\n"
+                "with its warm pool, and prints the names deleted. Sandboxes started from it\n"
+                "are not affected. The exit status is 1 if any failed.\n",
+        .min_args = 1,
+        .max_args = -1,
+    },
+    {
+        .name = "template pool",
+        .section = "Templates",
+        .run = cmd_template_pool,
+        .summary = "set how many sandboxes a template keeps started ahead",
+        .synopsis = "NAME N",
+        .help = "Sets the warm pool of the template NAME to N sandboxes (0-8; 0 empties it).\n"
+                "The pool fills in the background: a create from NAME then answers at once\n"
+                "with a running sandbox. Global templates' pools are set by admins.\n",
+        .min_args = 2,
+        .max_args = 2,
     },
     {
         .name = "image pull",

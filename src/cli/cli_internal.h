@@ -242,6 +242,10 @@ int cmd_wake(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_snapshot_create(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_snapshot_ls(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_snapshot_rm(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_template_build(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_template_ls(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_template_rm(cli_t *cli, const cli_args_t *args, err_t *err);
+int cmd_template_pool(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_ps(cli_t *cli, const cli_args_t *args, err_t *err);
 int cmd_kill(cli_t *cli, const cli_args_t *args, err_t *err);
 /* exec -d: POST body (argv or code, env, cwd, user, stdin) as a background process; prints

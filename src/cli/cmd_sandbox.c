@@ -183,13 +183,15 @@ static void put_flags(json_t *body, const cli_args_t *args)
         json_object_set_new(body, "public", json_true());
     if (cli_opt_flag(args, "net-raw"))
         json_object_set_new(body, "net_raw", json_true());
+    if (cli_opt_flag(args, "setuid"))
+        json_object_set_new(body, "setuid", json_true());
 }
 
 /* Options that shape a sandbox made from an image; one made from a snapshot takes its
  * process, environment and limits from the snapshot, so they would be silently ignored. */
-static const char *const image_only_opts[] = {"interactive", "env",   "cpus",   "memory",
-                                              "pids",        "disk",  "public", "port",
-                                              "network",     "allow", "net-raw"};
+static const char *const image_only_opts[] = {
+    "interactive", "env",     "cpus",  "memory",  "pids",   "disk",    "public",
+    "port",        "network", "allow", "net-raw", "setuid", "template"};
 
 /* --snapshot NAME: {"snapshot", "label"?, "hostname"?}. */
 static int snapshot_body(const cli_args_t *args, const char *snapshot, json_t *body, err_t *err)
@@ -217,15 +219,18 @@ static int create_body(const cli_args_t *args, json_t *body, err_t *err)
     const char *snapshot = cli_opt_str(args, "snapshot");
     if (snapshot)
         return snapshot_body(args, snapshot, body, err);
-    if (cli_nargs(args) == 0)
-        return cli_usage(err, "create: missing argument (an IMAGE, or --snapshot NAME)");
-    if (!*cli_arg(args, 0))
+    const char *tpl = cli_opt_str(args, "template");
+    if (tpl && cli_nargs(args) > 0)
+        return cli_usage(err, "create: give an IMAGE or --template, not both");
+    if (cli_nargs(args) > 0 && !*cli_arg(args, 0))
         return cli_usage(err, "create: an empty image name");
     if (cli_opt_env(args, "env", &env, err) < 0)
         return -1;
     if (env)
         json_object_set_new(body, "env", env);
-    if (cli_put_str(body, "image", cli_arg(args, 0), "", err) < 0 ||
+    /* no IMAGE: the daemon's default template (base) */
+    if ((cli_nargs(args) > 0 && cli_put_str(body, "image", cli_arg(args, 0), "", err) < 0) ||
+        (tpl && cli_put_str(body, "template", tpl, "", err) < 0) ||
         cli_put_str(body, "label", cli_opt_str(args, "label"), "", err) < 0 ||
         cli_put_str(body, "hostname", cli_opt_str(args, "hostname"), "", err) < 0 ||
         cli_put_positive(body, "cpus", cli_opt_str(args, "cpus"), "create",

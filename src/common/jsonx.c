@@ -161,3 +161,31 @@ json_t *json_string_lossy(const char *s, size_t len)
     free(copy);
     return j;
 }
+
+const char **json_strv_borrow(const json_t *arr)
+{
+    const char **v = xcalloc(json_array_size(arr) + 1, sizeof(*v));
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        v[i] = json_string_value(json_array_get(arr, i));
+    return v;
+}
+
+char **json_envv(const json_t *env)
+{
+    if (!env)
+        return NULL;
+    char **v = xcalloc(json_object_size(env) + 1, sizeof(*v));
+    size_t i = 0;
+    const char *k;
+    json_t *val;
+    json_object_foreach((json_t *)env, k, val) v[i++] =
+        xasprintf("%s=%s", k, json_string_value(val));
+    return v;
+}
+
+void json_strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}

@@ -56,3 +56,10 @@ char *json_dump_compact(const json_t *j);
 
 /* json_string that replaces invalid UTF-8 instead of failing (never NULL). */
 json_t *json_string_lossy(const char *s, size_t len);
+
+/* A NULL-terminated vector of the strings of array arr, borrowed from it (free the vector). */
+const char **json_strv_borrow(const json_t *arr);
+/* "K=V" strings of object env (NULL for NULL); free with json_strv_free. */
+char **json_envv(const json_t *env);
+/* Free a vector made by json_envv (and its strings). */
+void json_strv_free(char **v);

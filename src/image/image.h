@@ -12,6 +12,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,6 +90,29 @@ int image_remove(image_store_t *s, const char *ref, err_t *err);
  */
 int image_gc(image_store_t *s, const char *const *keep, size_t n_keep, struct image_gc_stats *stats,
              err_t *err);
+/* A piece of a child's output (a build's log), as it comes. */
+typedef void (*image_output_fn)(void *ctx, const char *data, size_t len);
+
+/* A Dockerfile build (buildah). */
+struct image_build_req {
+    const char *context_dir;  /* absolute: the build context, with the Dockerfile at its top */
+    const char *ref;          /* the reference the result is stored under */
+    const char *const *bases; /* name, OCI layout dir, name, dir, ..., NULL: what FROM name
+                                 means (loaded into buildah's storage before the build) */
+    bool network;             /* RUN steps share the host's network; else they have none */
+    const char *layout;       /* where the result is kept as an OCI layout too (FROM it) */
+};
+
+/* True if buildah is installed. */
+bool image_build_available(void);
+/*
+ * Build q->context_dir/Dockerfile with buildah (isolation oci) and store the result under
+ * q->ref; the build's output goes to fn as it comes. A failing step → ERR_UNPROCESSABLE
+ * "template_build_failed" with the last line of the output. out may be NULL.
+ */
+int image_build(image_store_t *s, const struct image_build_req *q, image_output_fn fn, void *ctx,
+                image_t **out, err_t *err);
+
 /* Free an image (NULL is fine). */
 void image_free(image_t *img);
 

@@ -152,6 +152,12 @@ struct image_proc_result {
  */
 int image_proc_run(const char *const *argv, const char *const *envp, unsigned timeout_s,
                    struct image_proc_result *res, err_t *err);
+/*
+ * Like image_proc_run with stdout and stderr both on one pipe, each piece of it handed to fn
+ * as it comes (res->err keeps the tail of both).
+ */
+int image_proc_run_output(const char *const *argv, const char *const *envp, unsigned timeout_s,
+                          image_output_fn fn, void *ctx, struct image_proc_result *res, err_t *err);
 /* Free a result's buffers. */
 void image_proc_result_free(struct image_proc_result *res);
 /*

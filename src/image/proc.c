@@ -36,14 +36,22 @@ static void append_tail(buf_t *b, const char *p, size_t n, size_t max)
     buf_append(b, p, n);
 }
 
+/* Where a child's output goes besides the kept tail: a callback, or nowhere. */
+struct out_sink {
+    image_output_fn fn;
+    void *ctx;
+};
+
 /* Read what the pipe has now; false at EOF or error. */
-static bool drain(int fd, buf_t *b)
+static bool drain(int fd, buf_t *b, const struct out_sink *sink)
 {
     char chunk[4096];
     for (;;) {
         ssize_t r = read(fd, chunk, sizeof(chunk));
         if (r > 0) {
             append_tail(b, chunk, (size_t)r, IMAGE_STDERR_MAX);
+            if (sink && sink->fn)
+                sink->fn(sink->ctx, chunk, (size_t)r);
             continue;
         }
         if (r < 0 && errno == EINTR)
@@ -52,13 +60,17 @@ static bool drain(int fd, buf_t *b)
     }
 }
 
-static int spawn(const char *const *argv, const char *const *envp, int errfd, pid_t *pid)
+static int spawn(const char *const *argv, const char *const *envp, int errfd, bool merge,
+                 pid_t *pid)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    if (merge)
+        posix_spawn_file_actions_adddup2(&fa, errfd, 1);
+    else
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, errfd, 2);
     /* Nothing else of the daemon's (listening sockets, other children's pipes) leaks in. */
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
@@ -82,7 +94,8 @@ static int spawn(const char *const *argv, const char *const *envp, int errfd, pi
 }
 
 /* Wait for pid, reading its stderr, killing its group at the deadline. */
-static void supervise(pid_t pid, int rfd, unsigned timeout_s, struct image_proc_result *res)
+static void supervise(pid_t pid, int rfd, unsigned timeout_s, const struct out_sink *sink,
+                      struct image_proc_result *res)
 {
     int pidfd _cleanup_close_ = (int)syscall(SYS_pidfd_open, pid, 0);
     double deadline = now_mono_ms() + timeout_s * 1000.0;
@@ -106,10 +119,11 @@ static void supervise(pid_t pid, int rfd, unsigned timeout_s, struct image_proc_
         /* Without a pidfd (old kernel), look at the child every 50 ms. */
         int wait_ms = pidfd >= 0 ? (left > 0 ? (int)left + 1 : 1000) : 50;
         if (poll(p, 2, wait_ms) > 0 && pipe_open && (p[0].revents & (POLLIN | POLLHUP)))
-            pipe_open = drain(rfd, &res->err);
+            pipe_open = drain(rfd, &res->err, sink);
     }
     if (pipe_open)
-        drain(rfd, &res->err); /* what is left; a grandchild holding the pipe cannot block us */
+        drain(rfd, &res->err,
+              sink); /* what is left; a grandchild holding the pipe cannot block us */
     if (WIFEXITED(status))
         res->status = WEXITSTATUS(status);
     else if (WIFSIGNALED(status))
@@ -118,8 +132,8 @@ static void supervise(pid_t pid, int rfd, unsigned timeout_s, struct image_proc_
         res->status = 255;
 }
 
-int image_proc_run(const char *const *argv, const char *const *envp, unsigned timeout_s,
-                   struct image_proc_result *res, err_t *err)
+static int run(const char *const *argv, const char *const *envp, unsigned timeout_s,
+               const struct out_sink *sink, struct image_proc_result *res, err_t *err)
 {
     memset(res, 0, sizeof(*res));
     int fds[2];
@@ -127,15 +141,28 @@ int image_proc_run(const char *const *argv, const char *const *envp, unsigned ti
         return err_sys(err, "pipe");
     int rfd _cleanup_close_ = fds[0];
     pid_t pid;
-    int rc = spawn(argv, envp, fds[1], &pid);
+    int rc = spawn(argv, envp, fds[1], sink != NULL, &pid);
     close(fds[1]);
     if (rc != 0) {
         errno = rc;
         return err_sys(err, "start %s", argv[0]);
     }
     fcntl(rfd, F_SETFL, O_NONBLOCK);
-    supervise(pid, rfd, timeout_s, res);
+    supervise(pid, rfd, timeout_s, sink, res);
     return 0;
+}
+
+int image_proc_run(const char *const *argv, const char *const *envp, unsigned timeout_s,
+                   struct image_proc_result *res, err_t *err)
+{
+    return run(argv, envp, timeout_s, NULL, res, err);
+}
+
+int image_proc_run_output(const char *const *argv, const char *const *envp, unsigned timeout_s,
+                          image_output_fn fn, void *ctx, struct image_proc_result *res, err_t *err)
+{
+    struct out_sink sink = {fn, ctx};
+    return run(argv, envp, timeout_s, &sink, res, err);
 }
 
 void image_proc_result_free(struct image_proc_result *res)

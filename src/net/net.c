@@ -514,6 +514,21 @@ int net_sandbox_setup(net_t *n, const char *id, int64_t owner_id, const char *eg
     return 0;
 }
 
+int net_sandbox_set_owner(net_t *n, const char *id, int64_t owner_id, err_t *err)
+{
+    if (owner_id < 0 || owner_id > 0xffffffffLL)
+        return err_set(err, ERR_INVALID, 0, "bad_owner", "owner id %lld is out of range",
+                       (long long)owner_id);
+    pthread_mutex_lock(&n->lock);
+    struct net_entry *e = net_pool_find(&n->pool, id);
+    int rc = e ? sync_rules(n, e, owner_id, e->open, false, err)
+               : err_set(err, ERR_NOT_FOUND, 0, "no_network", "sandbox %s has no address", id);
+    pthread_mutex_unlock(&n->lock);
+    if (rc == 0)
+        log_info("net.owner", "sandbox=%s owner=%lld", id, (long long)owner_id);
+    return rc;
+}
+
 int net_sandbox_teardown(net_t *n, const char *id, err_t *err)
 {
     if (!net_id_valid(id))

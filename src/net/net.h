@@ -53,6 +53,9 @@ int net_destroy(net_t *n, err_t *err);
 int net_sandbox_setup(net_t *n, const char *id, int64_t owner_id, const char *egress,
                       const char *ip, struct net_sandbox *out, err_t *err);
 
+/* Move the rules of sandbox id (which has its address) to owner_id: one nftables run, no
+ * change to its links or address. */
+int net_sandbox_set_owner(net_t *n, const char *id, int64_t owner_id, err_t *err);
 /* Remove id's veth, rules and netns file and free its address. Idempotent. */
 int net_sandbox_teardown(net_t *n, const char *id, err_t *err);
 

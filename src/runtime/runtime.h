@@ -61,6 +61,7 @@ struct spec_opts {
     int64_t pids;           /* max tasks */
     bool net_raw;           /* keep CAP_NET_RAW (raw and packet sockets) */
     bool agent_auth;        /* the agent reads its token from stdin (--auth-stdin) */
+    bool setuid;            /* no noNewPrivileges: setuid binaries (sudo) work */
 };
 
 /* Build the container's config.json (a new reference in *out). */

@@ -129,7 +129,7 @@ static json_t *process(const struct spec_opts *o)
     return json_pack("{s:b, s:{s:i, s:i}, s:o, s:O, s:s, s:{s:O, s:O, s:o}, s:o, s:b}", "terminal",
                      0, "user", "uid", 0, "gid", 0, "args", args, "env", o->env, "cwd",
                      o->cwd && *o->cwd ? o->cwd : "/", "capabilities", "bounding", c, "effective",
-                     c, "permitted", c, "rlimits", rlimits(), "noNewPrivileges", 1);
+                     c, "permitted", c, "rlimits", rlimits(), "noNewPrivileges", !o->setuid);
 }
 
 static bool swap_limit_supported(void)

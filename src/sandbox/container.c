@@ -98,7 +98,7 @@ int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *
     if (egress && strcmp(egress, "proxy") == 0)
         egress = "none";
     struct net_sandbox ns;
-    if (net_sandbox_setup(m->cfg.net, r->id, r->owner_id, egress ? egress : "none",
+    if (net_sandbox_setup(m->cfg.net, r->id, sbx_pool_net_owner(m, r), egress ? egress : "none",
                           ip && *ip ? ip : NULL, &ns, err) < 0 ||
         net_write_etc(p->etc, r->hostname, &ns, err) < 0)
         return -1;
@@ -128,6 +128,7 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
         .pids = json_integer_value(json_object_get(res, "pids")),
         .net_raw = json_is_true(json_object_get(r->spec, "net_raw")),
         .agent_auth = json_string_value(json_object_get(r->spec, "agent_token")) != NULL,
+        .setuid = json_is_true(json_object_get(r->spec, "setuid")),
     };
     json_t *spec _cleanup_json_ = NULL;
     _cleanup_free_ char *config = xasprintf("%s/config.json", p->bundle);

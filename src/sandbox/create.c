@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "runtime/runtime.h"
 #include "sandbox_internal.h"
+#include "template.h"
 #include "net/net.h"
 #include "storage/storage.h"
 
@@ -101,6 +102,9 @@ static json_t *make_spec(const struct sbx_create_req *q, const sbx_mgr_t *m, con
                   "idle_timeout", (json_int_t)q->idle_timeout); /* -1: the daemon's default */
     json_object_set_new(spec, "interactive", json_boolean(q->interactive == 1));
     json_object_set_new(spec, "net_raw", json_boolean(q->net_raw == 1)); /* forks keep it */
+    json_object_set_new(spec, "setuid", json_boolean(q->setuid == 1));   /* so do they this */
+    if (q->template_name)
+        json_object_set_new(spec, "template", json_string(q->template_name));
     if (q->egress_allow) /* the hosts the egress proxy lets it reach */
         json_object_set(spec, "egress_allow", q->egress_allow);
     /* The agent version it binds: forks and restores keep binding the same file. */
@@ -152,11 +156,79 @@ static void fill_record(sandbox_rec_t *r, const user_t *owner, const struct sbx_
     snprintf(r->runtime, sizeof(r->runtime), "%s", runtime_name(rt));
 }
 
+/* True if q asks nothing a pooled sandbox (started with the defaults) could not give. */
+static bool poolable(const struct sbx_create_req *q)
+{
+    return !q->hostname && q->interactive != 1 && !q->env && !q->args && q->cpus <= 0 &&
+           !q->memory && q->pids < 0 && !q->disk && !q->network && !q->egress_allow && !q->ports &&
+           !q->runtime && q->idle_timeout < 0 && q->net_raw < 0 && q->setuid < 0;
+}
+
+/* The template a create means: 'template', a bare 'image' name that is one, or the default
+ * with neither. NULL (and 0) when it means an image; -1 for an unknown template. */
+static int which_template(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q,
+                          template_rec_t *t, err_t *err)
+{
+    const char *name = q->template_name;
+    if (!name && !q->image)
+        name = SBX_DEFAULT_TEMPLATE;
+    bool bare = q->image && !strpbrk(q->image, "/:@");
+    if (!name && !(bare && sbx_template_name_valid(q->image)))
+        return 0;
+    if (sbx_template_find(m, owner, name ? name : q->image, t, err) == 0)
+        return 1;
+    if (!name) /* "busybox": not a template, so an image */
+        return 0;
+    if (!q->template_name)
+        err_set(err, ERR_NOT_FOUND, 0, "template_not_found",
+                "no image given, and the default template '%s' is not available: run "
+                "scripts/setup to build it, or give an image",
+                name);
+    return -1;
+}
+
+/* Create from template t: a pooled sandbox when one is ready and q allows, else its snapshot
+ * or its image. */
+static int create_from_template(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q,
+                                const template_rec_t *t, json_t **out, err_t *err)
+{
+    if (poolable(q) && sbx_pool_claim(m, owner, t, q, out) == 0)
+        return 0;
+    if (t->snapshot[0])
+        return sbx_snapshot_start(m, owner, t->snapshot, q->label, q->hostname, out, err);
+    struct sbx_create_req c = *q;
+    c.image = t->image;
+    c.template_name = t->name;
+    if (c.setuid < 0)
+        c.setuid = t->setuid;
+    return sbx_create(m, owner, &c, out, err);
+}
+
 int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q, json_t **out,
                err_t *err)
 {
     if (q->snapshot)
         return sbx_snapshot_start(m, owner, q->snapshot, q->label, q->hostname, out, err);
+    if (!q->image) { /* a template (with both, the image is the template's: see below) */
+        template_rec_t t;
+        int rc = which_template(m, owner, q, &t, err);
+        if (rc < 0)
+            return -1;
+        rc = create_from_template(m, owner, q, &t, out, err);
+        store_template_rec_clear(&t);
+        return rc;
+    }
+    if (!q->template_name && !strpbrk(q->image, "/:@") && sbx_template_name_valid(q->image)) {
+        template_rec_t t;
+        if (which_template(m, owner, q, &t, NULL) == 1) {
+            struct sbx_create_req c = *q;
+            c.image = NULL;
+            c.template_name = t.name;
+            int rc = create_from_template(m, owner, &c, &t, out, err);
+            store_template_rec_clear(&t);
+            return rc;
+        }
+    }
     bool proxy = q->network && strcmp(q->network, "proxy") == 0;
     if (proxy && m->cfg.egress_proxy_port <= 0)
         return err_set(err, ERR_INVALID, 0, "unsupported",

@@ -68,34 +68,6 @@ static int on_output(void *data, uint8_t type, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* NULL-terminated string vectors borrowed from the JSON. */
-static const char **argv_vec(json_t *arr)
-{
-    const char **v = xcalloc(json_array_size(arr) + 1, sizeof(*v));
-    for (size_t i = 0; i < json_array_size(arr); i++)
-        v[i] = json_string_value(json_array_get(arr, i));
-    return v;
-}
-
-static char **env_vec(json_t *env)
-{
-    if (!env)
-        return NULL;
-    char **v = xcalloc(json_object_size(env) + 1, sizeof(*v));
-    size_t i = 0;
-    const char *k;
-    json_t *val;
-    json_object_foreach(env, k, val) v[i++] = xasprintf("%s=%s", k, json_string_value(val));
-    return v;
-}
-
-static void env_vec_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exec_req *q,
                           struct exec_ctx *c, err_t *err)
 {
@@ -104,8 +76,8 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
     int fd = agentc_connect(dirfd, "agent.sock", &l->peer, 5000, err);
     if (fd < 0)
         return -1;
-    _cleanup_free_ const char **argv = argv_vec(q->argv);
-    char **env = env_vec(q->env);
+    _cleanup_free_ const char **argv = json_strv_borrow(q->argv);
+    char **env = json_envv(q->env);
     struct agentc_exec_req ar = {
         .argv = argv,
         .env = (const char *const *)env,
@@ -120,7 +92,7 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
     struct agentc_exec_result ares = {0};
     int wait_ms = ar.timeout_ms > 0 ? (int)(ar.timeout_ms + 10000) : 0;
     int rc = agentc_exec(fd, &ar, on_output, c, wait_ms, &ares, err);
-    env_vec_free(env);
+    json_strv_free(env);
     /* Until the agent's session lets go of it too: a checkpoint may follow at once. */
     agentc_close(fd);
     if (rc == 0) {

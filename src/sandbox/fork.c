@@ -238,6 +238,12 @@ int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, cons
     if (!snapshot_name_valid(name))
         return err_set(err, ERR_INVALID, 0, "invalid_field",
                        "field 'name' must be 1-128 characters of A-Z a-z 0-9 . - _");
+    return sbx_snapshot_take(m, owner, key, name, out, err);
+}
+
+int sbx_snapshot_take(sbx_mgr_t *m, const user_t *owner, const char *key, const char *name,
+                      json_t **out, err_t *err)
+{
     snapshot_rec_t existing;
     if (store_snapshot_get(m->store, owner->id, name, &existing, NULL) == 0) {
         store_snapshot_rec_clear(&existing);

@@ -74,6 +74,10 @@ json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r)
     json_object_set_new(j, "egress_allow", allow ? json_deep_copy(allow) : json_null());
     json_object_set_new(j, "net_raw",
                         json_boolean(json_is_true(json_object_get(r->spec, "net_raw"))));
+    json_object_set_new(j, "setuid",
+                        json_boolean(json_is_true(json_object_get(r->spec, "setuid"))));
+    json_t *tpl = json_object_get(r->spec, "template");
+    json_object_set_new(j, "template", tpl ? json_deep_copy(tpl) : json_null());
     /* Why the last change failed or fell back (a wake that could not keep memory, an idle
      * hibernation that failed): the sandbox kept working, and this says what happened. */
     json_t *last = json_object_get(r->spec, "last_error");

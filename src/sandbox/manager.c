@@ -249,6 +249,10 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
     m->fork_ckpt_dir = fork_ckpt_dir(cfg->state_dir);
     m->runc_root = xasprintf("%s/runc", cfg->state_dir);
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->tpl_lock, NULL);
+    pthread_cond_init(&m->tpl_cond, NULL);
+    m->tpl_building = json_object();
+    m->tpl_pending = json_object();
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
     m->wake_fd = eventfd(0, EFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
@@ -264,6 +268,11 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
         return NULL;
     }
     m->quota = storage_quota_detect(m->driver, m->sandboxes_dir);
+    user_t pool_owner; /* known before reconcile sets up pooled sandboxes' networks */
+    if (sbx_pool_user(m, &pool_owner, err) < 0) {
+        sbx_close(m);
+        return NULL;
+    }
     log_info("storage.ready", "driver=%s disk_quotas=%s", storage_driver_name(m->driver),
              storage_quota_name(m->quota));
     _cleanup_free_ char *agent = xasprintf("%s/sandboxer-agent", m->agent_dir);
@@ -295,6 +304,7 @@ void sbx_close(sbx_mgr_t *m)
 {
     if (!m)
         return;
+    sbx_templates_stop(m);
     sbx_reaper_stop(m);
     if (m->watching) {
         uint64_t one = 1;
@@ -311,6 +321,10 @@ void sbx_close(sbx_mgr_t *m)
     if (m->wake_fd >= 0)
         close(m->wake_fd);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->tpl_lock);
+    pthread_cond_destroy(&m->tpl_cond);
+    json_decref(m->tpl_building);
+    json_decref(m->tpl_pending);
     free(m->sandboxes_dir);
     if (m->fork_ckpt_dir) /* empty by now (a fork removes its images): leave no dir behind */
         rmdir(m->fork_ckpt_dir);

@@ -97,39 +97,11 @@ static void take_record(struct agentc_proc *p, json_t **out)
     *out = steal_pointer(&p->json);
 }
 
-/* NULL-terminated vectors borrowed from (argv) or made of (env) the JSON. */
-static const char **argv_vec(json_t *arr)
-{
-    const char **v = xcalloc(json_array_size(arr) + 1, sizeof(*v));
-    for (size_t i = 0; i < json_array_size(arr); i++)
-        v[i] = json_string_value(json_array_get(arr, i));
-    return v;
-}
-
-static char **env_vec(json_t *env)
-{
-    if (!env)
-        return NULL;
-    char **v = xcalloc(json_object_size(env) + 1, sizeof(*v));
-    size_t i = 0;
-    const char *k;
-    json_t *val;
-    json_object_foreach(env, k, val) v[i++] = xasprintf("%s=%s", k, json_string_value(val));
-    return v;
-}
-
-static void env_vec_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 static int start_locked(struct pcall *c, const struct sbx_proc_req *q, struct agentc_proc *p,
                         err_t *err)
 {
-    _cleanup_free_ const char **argv = argv_vec(q->argv);
-    char **env = env_vec(q->env);
+    _cleanup_free_ const char **argv = json_strv_borrow(q->argv);
+    char **env = json_envv(q->env);
     struct agentc_proc_start ar = {.exec = {.argv = argv,
                                             .env = (const char *const *)env,
                                             .cwd = q->cwd,
@@ -141,7 +113,7 @@ static int start_locked(struct pcall *c, const struct sbx_proc_req *q, struct ag
                                    .tag = q->tag,
                                    .command = q->command};
     int rc = agentc_proc_start(c->fd, &ar, 0, p, err);
-    env_vec_free(env);
+    json_strv_free(env);
     if (rc < 0 || !q->stdin_data || !p->running)
         return rc;
     /* The first input: text for a pipe (then its end, as exec does) or typed at a PTY. */

@@ -181,6 +181,13 @@ bool sbx_image_in_use(sbx_mgr_t *m, const char *ref)
     for (size_t i = 0; i < n && !used; i++)
         used = strcmp(items[i].image, ref) == 0;
     store_sandbox_list_free(items, n);
+    template_rec_t *tpls = NULL;
+    if (!used && store_template_list(m->store, -1, &tpls, &n, NULL) < 0)
+        return true;
+    for (size_t i = 0; tpls && i < n && !used; i++)
+        used = strcmp(tpls[i].image, ref) == 0;
+    if (tpls)
+        store_template_list_free(tpls, n);
     return used;
 }
 

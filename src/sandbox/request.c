@@ -6,6 +6,7 @@
 #include "common/jsonx.h"
 #include "proxy/egress.h"
 #include "sandbox_internal.h"
+#include "template.h"
 
 static const struct jfield create_fields[] = {
     {"image", JF_STRING, false, offsetof(struct sbx_create_req, image), 512, 0, 0},
@@ -27,6 +28,8 @@ static const struct jfield create_fields[] = {
     {"idle_timeout", JF_INT, false, offsetof(struct sbx_create_req, idle_timeout), 0, 0,
      86400 * 365},
     {"net_raw", JF_BOOL, false, offsetof(struct sbx_create_req, net_raw), 0, 0, 0},
+    {"template", JF_STRING, false, offsetof(struct sbx_create_req, template_name), 64, 0, 0},
+    {"setuid", JF_BOOL, false, offsetof(struct sbx_create_req, setuid), 0, 0, 0},
 };
 
 #define MAX_ENV     1024
@@ -148,15 +151,20 @@ int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)
                                  .pids = -1,
                                  .is_public = -1,
                                  .idle_timeout = -1,
-                                 .net_raw = -1};
+                                 .net_raw = -1,
+                                 .setuid = -1};
     if (json_decode_fields(body, create_fields, ARRAY_SIZE(create_fields), q, err) < 0)
         return -1;
-    if (!q->image == !q->snapshot)
-        return err_set(err, ERR_INVALID, 0, "missing_field",
-                       "give exactly one of 'image' and 'snapshot'");
-    if (q->snapshot && q->net_raw >= 0)
+    if (!!q->image + !!q->snapshot + !!q->template_name > 1)
         return err_set(err, ERR_INVALID, 0, "invalid_field",
-                       "field 'net_raw' comes from the snapshot; it cannot be given with it");
+                       "give at most one of 'image', 'template' and 'snapshot' (none: the "
+                       "template \"" SBX_DEFAULT_TEMPLATE "\")");
+    if (q->snapshot && (q->net_raw >= 0 || q->setuid >= 0))
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "fields 'net_raw' and 'setuid' come from the snapshot; they cannot be "
+                       "given with it");
+    if (q->template_name && !*q->template_name)
+        return err_set(err, ERR_INVALID, 0, "invalid_field", "field 'template' must not be empty");
     if (q->image && !*q->image)
         return err_set(err, ERR_INVALID, 0, "invalid_field", "field 'image' must not be empty");
     if (q->hostname && sbx_check_hostname(q->hostname, err) < 0)

@@ -23,6 +23,7 @@ struct sbx_config {
     const char *runc_bin;        /* runc (path or name) */
     const char *runsc_bin;       /* runsc (path or name) */
     const char *runsc_platform;  /* "auto", "ptrace" or "kvm" */
+    const char *templates_dir;   /* the built-in templates' OCI layouts (NULL: none) */
     const char *storage_driver;  /* "auto", "overlay" or "btrfs" */
     struct net *net;             /* the network layer (bridge, netns, rules) */
     const char *default_network; /* egress of a sandbox that does not ask: "none"|"open" */
@@ -66,9 +67,12 @@ struct sbx_create_req {
     json_t *ports;
     int is_public; /* -1 absent */
     const char *runtime;
-    int64_t idle_timeout; /* < 0 absent */
-    const char *snapshot; /* start from this snapshot instead of an image */
-    int net_raw;          /* -1 absent; 1: keep CAP_NET_RAW */
+    int64_t idle_timeout;      /* < 0 absent */
+    const char *snapshot;      /* start from this snapshot instead of an image */
+    int net_raw;               /* -1 absent; 1: keep CAP_NET_RAW */
+    const char *template_name; /* start from this template (see template.h) */
+    int setuid; /* -1 absent (a template's choice, else no); 1: setuid binaries (sudo) may
+                   gain privileges: no noNewPrivileges */
 };
 
 /* ---- per-user limits (quota.c) ---- */
@@ -285,7 +289,7 @@ struct sbx_target {
 int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
                      struct sbx_target *out, err_t *err);
 
-/* True if a non-terminated sandbox uses image ref. */
+/* True if a non-terminated sandbox or a template uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);
 /* The layer dirs non-terminated sandboxes mount, as the keys of a new JSON object. */
 int sbx_layers_in_use(sbx_mgr_t *m, json_t **out, err_t *err);

@@ -9,6 +9,9 @@
 #include "sandbox.h"
 #include "storage/storage.h"
 #include "store/store_sandboxes.h"
+#include "store/store_templates.h"
+
+struct sbx_pool;
 
 /* What the daemon knows of a sandbox whose container runs (or ran) in this boot. */
 struct sbx_live {
@@ -49,6 +52,16 @@ struct sbx_mgr {
     pthread_mutex_t reaper_lock;
     pthread_cond_t reaper_cond;
     bool reaper_stop;
+    /* templates (template.c, template_build.c) and warm pools (pool.c) */
+    pthread_mutex_t tpl_lock;
+    pthread_cond_t tpl_cond;
+    bool tpl_importing; /* the built-in templates are being imported (creates wait) */
+    pthread_t tpl_import;
+    bool tpl_import_started;
+    json_t *tpl_building; /* "owner/name" of the builds in progress */
+    json_t *tpl_pending;  /* built-in template names still to import (creates wait) */
+    struct sbx_pool *pool;
+    int64_t pool_uid; /* the hidden user owning pooled sandboxes (pool.c) */
 };
 
 /* The runtime of r (runc when its name is unknown). */
@@ -258,3 +271,36 @@ int64_t sbx_sockdir_used(const struct sbx_paths *p);
 
 /* The disk limit in a sandbox's spec (resources.disk), in bytes; 0: none. */
 uint64_t sbx_spec_disk(const json_t *spec);
+
+/* ---- templates (template.c) and warm pools (pool.c) ---- */
+
+/* True if s is a template name: 1-64 of a-z 0-9 - _ . starting with a letter or digit. */
+bool sbx_template_name_valid(const char *s);
+/* The template name as owner sees it (waits while the built-in ones are imported at start). */
+int sbx_template_find(sbx_mgr_t *m, const user_t *owner, const char *name, template_rec_t *out,
+                      err_t *err);
+/* The API JSON of a template. */
+json_t *sbx_template_json(sbx_mgr_t *m, const template_rec_t *t);
+/* Stop the template threads (import, pools). */
+void sbx_templates_stop(sbx_mgr_t *m);
+/* Start and stop the warm pools' thread. */
+int sbx_pool_start(sbx_mgr_t *m, err_t *err);
+void sbx_pool_stop(sbx_mgr_t *m);
+/* Ask the pool thread to look at the templates again now. */
+void sbx_pool_kick(sbx_mgr_t *m);
+/* Delete the pooled sandboxes and the warm snapshot of template_id. */
+void sbx_pool_drain(sbx_mgr_t *m, const char *template_id);
+/* {size, ready, filling, last_error} of t's pool. */
+json_t *sbx_pool_json(sbx_mgr_t *m, const template_rec_t *t);
+/* Hand a ready sandbox of t's pool to owner (label, public from q): 0 and *out, or 1 when
+ * none is ready (or handing it over failed: the caller starts one cold). */
+int sbx_pool_claim(sbx_mgr_t *m, const user_t *owner, const template_rec_t *t,
+                   const struct sbx_create_req *q, json_t **out);
+/* The hidden user ".pool" (made if missing); sets m->pool_uid. */
+int sbx_pool_user(sbx_mgr_t *m, user_t *out, err_t *err);
+/* The owner mark r's network rules use: its owner's id, or for a pooled sandbox one of its
+ * own (so it reaches no other sandbox until it is handed over). */
+int64_t sbx_pool_net_owner(sbx_mgr_t *m, const sandbox_rec_t *r);
+/* sbx_snapshot_create without the name rules (the pools' hidden ".pool-…" snapshots). */
+int sbx_snapshot_take(sbx_mgr_t *m, const user_t *owner, const char *key, const char *name,
+                      json_t **out, err_t *err);

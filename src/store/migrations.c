@@ -123,6 +123,23 @@ const char *const store_migrations[] = {
     "  updated_at REAL NOT NULL"
     ");"
     "CREATE INDEX sandboxes_owner_created ON sandboxes(owner_id, created_at);",
+
+    /* 5: templates: names new sandboxes start from (an image or a snapshot), global when
+     * owner_id is 0 (no user has id 0), with the size of their warm pool. */
+    "CREATE TABLE templates ("
+    "  id TEXT PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  owner_id INTEGER NOT NULL DEFAULT 0,"
+    "  source TEXT NOT NULL,"              /* builtin | dockerfile | snapshot */
+    "  image TEXT NOT NULL DEFAULT '',"    /* the image ref in the store */
+    "  snapshot TEXT NOT NULL DEFAULT ''," /* the owner's snapshot name (source snapshot) */
+    "  setuid INTEGER NOT NULL DEFAULT 1,"
+    "  pool INTEGER NOT NULL DEFAULT 0,"
+    "  created_at REAL NOT NULL,"
+    "  updated_at REAL NOT NULL,"
+    "  info TEXT NOT NULL DEFAULT '{}',"
+    "  UNIQUE (owner_id, name)"
+    ");",
 };
 
 const int store_migrations_count = sizeof(store_migrations) / sizeof(store_migrations[0]);

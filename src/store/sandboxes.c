@@ -342,6 +342,26 @@ int store_sandbox_update(store_t *s, const char *id, const char *label, int is_p
     return 0;
 }
 
+int store_sandbox_hand_over(store_t *s, const char *id, int64_t owner_id, const char *label,
+                            bool is_public, double now, err_t *err)
+{
+    STORE_LOCK(s);
+    sqlite3_stmt *st _cleanup_stmt_ = NULL;
+    if (store_prepare(s,
+                      "UPDATE sandboxes SET owner_id = ?2, label = ?3, is_public = ?4, "
+                      "created_at = ?5, last_active_at = ?5 WHERE id = ?1",
+                      &st, err) < 0)
+        return -1;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, owner_id);
+    sqlite3_bind_text(st, 3, label, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 4, is_public);
+    sqlite3_bind_double(st, 5, now);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        return store_fail(s, "hand over sandbox", err);
+    return 0;
+}
+
 void store_sandbox_touch(store_t *s, const char *id)
 {
     STORE_LOCK(s);

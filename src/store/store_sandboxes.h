@@ -96,6 +96,9 @@ int store_sandbox_set_spec_field(store_t *s, const char *id, const char *field, 
 int store_sandbox_set_deleted(store_t *s, const char *id, const char *reason, err_t *err);
 /* Update label and/or is_public (NULL label / public < 0 leave them). */
 int store_sandbox_update(store_t *s, const char *id, const char *label, int is_public, err_t *err);
+/* Give sandbox id to owner_id as if it were created now (a warm pool's sandbox). */
+int store_sandbox_hand_over(store_t *s, const char *id, int64_t owner_id, const char *label,
+                            bool is_public, double now, err_t *err);
 /* Record the sandbox's address (NULL clears it). */
 int store_sandbox_set_ip(store_t *s, const char *id, const char *ip, err_t *err);
 /* Set last_active_at to now. */

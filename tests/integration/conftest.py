@@ -19,6 +19,19 @@ TOKEN_RE = re.compile(r"\bsbx_[0-9a-f]{64}\b")
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
+def wait_for(what, fn, timeout=30, interval=0.05):
+    """fn() until it returns something true (which is returned); fail saying what was awaited
+    and what fn last returned after timeout seconds. Tests wait on conditions, not sleeps."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,6 +90,8 @@ class Daemon:
         args = [BIN, "serve", "--listen", f"127.0.0.1:{self.port}", "--socket", self.socket,
                 "--state-dir", self.state_dir, "--bridge", self.bridge, "--nft-table",
                 self.table, "--subnet", self.subnet] + platform + self.extra_args
+        if "--templates-dir" not in self.extra_args:  # importing templates takes a minute
+            args += ["--templates-dir", "none"]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             env = dict(os.environ, **(self.env or {}))
             self.proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
@@ -379,3 +394,49 @@ def sbx_user(sbx_daemon, sbx):
     yield make
     for c in made:
         c.cleanup()
+
+
+# ---- templates: base and code-interpreter, built by templates/build.py as setup does ----
+
+TEMPLATES_CACHE = os.environ.get("SANDBOXER_TEMPLATES_CACHE", "/var/cache/sandboxer/templates")
+
+
+def ensure_templates(names=("base", "code-interpreter")):
+    """Build (or find cached) the built-in templates through scripts/setup's code path;
+    returns their cache dir. The first build takes minutes (debootstrap)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "sandboxer_templates_build", os.path.join(ROOT, "templates", "build.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in names:
+        mod.ensure(name, TEMPLATES_CACHE)
+    return TEMPLATES_CACHE
+
+
+@pytest.fixture(scope="session")
+def tpl_daemon():
+    """One daemon (for the session) with the built-in templates imported and NO registry
+    mirror: what a fresh install that reaches no registry has."""
+    cache = ensure_templates()
+    with tempfile.TemporaryDirectory(prefix="sbx-tpl-") as workdir:
+        d = Daemon(workdir, ["--templates-dir", cache])
+        try:
+            d.start()
+            with httpx.Client(base_url=d.url, timeout=900,
+                              headers={"Authorization": f"Bearer {d.admin_token}"}) as c:
+                r = c.get("/templates")  # waits for the import at start
+                assert r.status_code == 200, r.text
+                names = {t["name"] for t in r.json()["templates"]}
+                assert {"base", "code-interpreter"} <= names, names
+            yield d
+        finally:
+            d.kill()
+
+
+@pytest.fixture
+def tpl(tpl_daemon):
+    """An admin client of tpl_daemon that deletes the sandboxes it created."""
+    c = Sandboxes(tpl_daemon.url, tpl_daemon.admin_token)
+    yield c
+    c.cleanup()

@@ -21,24 +21,13 @@ import time
 
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 IMAGE = "node"
 OPS = ("fork", "hibernate", "snapshot")
 
-
-def wait_for(what, fn, timeout=30, interval=0.05):
-    """fn() until it returns something true; fail with what after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +280,24 @@ class ProcessesApi(Workload):
         assert p["status"] == "running" and p["tag"] == "matrix", p
 
 
+class NonRootUser(Workload):
+    """Run as a user other than root (sbx, 1000): CRIU must read its limits from /proc on a
+    host whose root lacks CAP_SYS_RESOURCE (scripts/criu-patches/0009)."""
+    name = "nonroot"
+
+    def started(self, c, sid):
+        r = c.post(f"/sandboxes/{sid}/exec", json={
+            "argv": ["sh", "-c", "STATE_NAME=nonroot nohup python3 /tmp/wl/threads.py "
+                                 ">/dev/null 2>&1 &"], "user": "sbx"}, timeout=60)
+        assert r.status_code == 200 and r.json()["exit_code"] == 0, r.text
+        return wait_for("it to start", lambda: (s := state(c, sid, self.name))
+                        and s["count"] >= 3 and s)
+
+    def check(self, c, sid, before, now):
+        uid = c.sh(sid, f"stat -c %u /proc/{now['pid']}")["stdout"].strip()
+        assert uid == "1000", uid
+
+
 class PythonRepl(Workload):
     """A Python REPL on a FIFO: a variable set before the operation is read after it."""
     name = "repl"
@@ -313,7 +320,7 @@ class PythonRepl(Workload):
 
 ALL = [SleepInBackground(), SleepRedirected(), ShellLoop(), Threads(), HttpServer(),
        NodeServer(), Daemonized(), Pipeline(), UnixSockets(), SqliteWal(),
-       SharedMemoryAndDeletedFile(), FdProbe(), TcpLoopback(), FromTerminal(), ProcessesApi(), PythonRepl()]
+       SharedMemoryAndDeletedFile(), FdProbe(), TcpLoopback(), FromTerminal(), ProcessesApi(), NonRootUser(), PythonRepl()]
 # What proves the lifecycle on gVisor: processes of every kind of start, threads, unix
 # sockets, a REPL's memory, a server reached through the proxy, and a TCP pair (refused).
 RUNSC = ("sleep", "shell_loop", "threads", "httpserver", "unixsock", "processes_api", "repl",

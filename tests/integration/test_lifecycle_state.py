@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, wait_for
 
 def first_event(c, kind, sid, timeout=20):
     """The first event of type kind about sandbox sid in the caller's event history."""
@@ -27,15 +27,6 @@ def first_event(c, kind, sid, timeout=20):
                     return ev
     raise AssertionError(f"no {kind} event for {sid}")
 
-
-def wait_for(what, fn, timeout=30, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Barrier:

@@ -237,7 +237,9 @@ def test_other_users_sandbox_is_404(sbx, sbx_user):
 
 def test_bad_input_is_rejected_and_changes_nothing(sbx):
     before = len(sbx.get("/sandboxes").json()["sandboxes"])
-    cases = [({"image": "Not A Ref!!"}, 400), ({"image": 5}, 400), ({}, 400),
+    # {} means the template base, which this daemon (no --templates-dir) does not have
+    cases = [({"image": "Not A Ref!!"}, 400), ({"image": 5}, 400), ({}, 404),
+             ({"image": "busybox", "template": "base"}, 400),
              ({"image": "busybox", "cpus": "x"}, 400), ({"image": "busybox", "memory": "lots"}, 400),
              ({"image": "busybox", "bogus": 1}, 400), ({"image": "busybox", "args": "sh"}, 400),
              ({"image": "busybox", "env": {"A": 1}}, 400),

@@ -384,8 +384,9 @@ def test_typed_errors(sbx_daemon, client, bob):
         sb.exec("")
     with pytest.raises(sandboxer.InvalidRequest):
         sb.set_label("")
-    with pytest.raises(TypeError):
+    with pytest.raises(sandboxer.NotFound) as e:  # the template base: not on this daemon
         client.create()
+    assert e.value.code == "template_not_found"
     # auth and transport
     with pytest.raises(sandboxer.Unauthorized) as e:
         Sandboxer(sbx_daemon.url, "sbx_" + "0" * 64).me()

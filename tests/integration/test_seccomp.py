@@ -20,7 +20,7 @@ import pytest
 import websocket
 
 import registry
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE_SRC = os.path.join(HERE, "probes", "seccomp_probe.c")
@@ -61,16 +61,6 @@ def kernel_runs_x32():
 EXPECTED["x32_getpid"] = "ok" if kernel_runs_x32() else "killed-by-31"
 ARCHES = ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86"] + (["SCMP_ARCH_X32"] if kernel_runs_x32() else [])
 
-
-def wait_for(what, fn, timeout=60, interval=0.05):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +194,7 @@ def test_the_agent_works_under_the_profile(sbx, sc_daemon):
     assert sbx.get(f"/sandboxes/{sid}/files/home/sbx/a.txt").text == "agent files\n"
     p = sbx.post(f"/sandboxes/{sid}/processes", json={"code": "echo from-bg; sleep 100"},
                  timeout=60).json()
-    wait_for("background output", lambda: "from-bg" in sbx.get(
+    wait_for("background output", timeout=60, fn=lambda: "from-bg" in sbx.get(
         f"/sandboxes/{sid}/processes/{p['pid']}/output").text)
     assert sbx.post(f"/sandboxes/{sid}/processes/{p['pid']}/signal",
                     json={"signal": "TERM"}).status_code == 200

@@ -117,6 +117,8 @@ const CREATE_FIELDS: Record<string, string> = {
   network: "network",
   egressAllow: "egress_allow",
   netRaw: "net_raw",
+  template: "template",
+  setuid: "setuid",
   ports: "ports",
   public: "public",
   runtime: "runtime",
@@ -168,7 +170,7 @@ export class Sandboxer {
   }
 
   /** Creates a sandbox from an image (or a snapshot) and answers it once it runs. */
-  async create(opts: CreateOptions): Promise<Sandbox> {
+  async create(opts: CreateOptions = {}): Promise<Sandbox> {
     const w = await this.http.json<Record<string, unknown>>("POST", "/sandboxes", { json: createBody(opts), signal: opts.signal });
     return new Sandbox(this.http, toSandboxInfo(w));
   }

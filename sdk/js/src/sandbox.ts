@@ -402,6 +402,14 @@ export class Sandbox {
   get netRaw(): boolean {
     return this.info.netRaw;
   }
+  /** Whether setuid programs (sudo) may gain privileges in it. */
+  get setuid(): boolean {
+    return this.info.setuid;
+  }
+  /** The template it was started from, or null. */
+  get template(): string | null {
+    return this.info.template;
+  }
   get url(): string | null {
     return this.info.url;
   }

@@ -49,6 +49,10 @@ export interface SandboxInfo {
   runtime: string;
   /** Whether it keeps CAP_NET_RAW (asked for at create; forks keep their parent's). */
   netRaw: boolean;
+  /** Whether setuid programs (sudo) may gain privileges in it (templates' sandboxes may). */
+  setuid: boolean;
+  /** The template it was started from, or null. */
+  template: string | null;
   /** Only on a fork's answer: whether the child got the parent's processes and memory. */
   memoryPreserved?: boolean;
   /** Why the last change failed or fell back while the sandbox kept working (a wake that
@@ -56,10 +60,16 @@ export interface SandboxInfo {
   lastError: { op: string; detail: string; at: number } | null;
 }
 
-/** Options of `Sandboxer.create`. Exactly one of `image` and `snapshot`. */
+/** Options of `Sandboxer.create`. At most one of `image`, `template` and `snapshot`; with none,
+ * the template "base" (Debian with python3, node, git, sudo; no registry needed). */
 export interface CreateOptions extends RequestOptions {
-  /** An image reference, normalised as Docker does ("busybox", "python:3.12"). */
+  /** An image reference, normalised as Docker does ("busybox", "python:3.12"); a bare name that
+   * is a template ("base", "code-interpreter") means that template. */
   image?: string;
+  /** Start from this template (built in, or built with `POST /templates`). */
+  template?: string;
+  /** Let setuid programs (sudo) gain privileges (templates' sandboxes have it). */
+  setuid?: boolean;
   /** Start from this snapshot (memory included) instead of an image. */
   snapshot?: string;
   label?: string;
@@ -266,6 +276,8 @@ export function toSandboxInfo(w: Wire): SandboxInfo {
     resources: { cpus: num(r.cpus), memory: num(r.memory), pids: num(r.pids), disk: numOrNull(r.disk) },
     runtime: str(w.runtime),
     netRaw: w.net_raw === true,
+    setuid: w.setuid === true,
+    template: strOrNull(w.template),
     lastError: w.last_error && typeof w.last_error === "object"
       ? { op: str(w.last_error.op), detail: str(w.last_error.detail), at: num(w.last_error.at) }
       : null,

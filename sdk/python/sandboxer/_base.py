@@ -244,8 +244,7 @@ def create_body(image: Optional[str], label: Optional[str], interactive: Optiona
         if k == "env":
             v = {str(a): str(b) for a, b in dict(v).items()}
         body[k] = v
-    if "image" not in body and "snapshot" not in body:
-        raise TypeError("create() needs an image (or snapshot=)")
+    # With none of image, template and snapshot the daemon starts the template "base".
     return body
 
 

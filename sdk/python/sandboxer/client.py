@@ -56,12 +56,13 @@ def _create_body(image: Optional[str], label: Optional[str], interactive: Option
                  runtime: Optional[str], idle_timeout: Optional[int],
                  snapshot: Optional[str], extra: Optional[Mapping[str, Any]],
                  egress_allow: Optional[Sequence[str]] = None,
-                 net_raw: Optional[bool] = None) -> Dict[str, Any]:
+                 net_raw: Optional[bool] = None, template: Optional[str] = None,
+                 setuid: Optional[bool] = None) -> Dict[str, Any]:
     body = B.create_body(image, label, interactive, env=env, args=args, hostname=hostname,
                          cpus=cpus, memory=memory, pids=pids, disk=disk, network=network,
                          egress_allow=egress_allow, ports=ports, public=public,
                          runtime=runtime, idle_timeout=idle_timeout, snapshot=snapshot,
-                         net_raw=net_raw)
+                         net_raw=net_raw, template=template, setuid=setuid)
     if extra:
         body.update(extra)
     return body
@@ -178,7 +179,8 @@ class _AsyncClientOps(_ClientBase[SB]):
                public: Optional[bool] = None, runtime: Optional[str] = None,
                idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
                egress_allow: Optional[Sequence[str]] = None,
-               net_raw: Optional[bool] = None,
+               net_raw: Optional[bool] = None, template: Optional[str] = None,
+               setuid: Optional[bool] = None,
                extra: Optional[Mapping[str, Any]] = None,
                timeout: Optional[float] = B.CREATE_TIMEOUT) -> CreateCall[SB]:
         """Create a sandbox; options as for :meth:`Sandboxer.create`. Await the result
@@ -186,7 +188,7 @@ class _AsyncClientOps(_ClientBase[SB]):
         with ``async with`` to have the sandbox deleted at the end of the block."""
         body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
                             disk, network, ports, public, runtime, idle_timeout, snapshot, extra,
-                            egress_allow, net_raw)
+                            egress_allow, net_raw, template, setuid)
 
         async def make() -> SB:
             return self._wrap(await self._acall(B.op_create(body, timeout)))
@@ -382,11 +384,16 @@ class Sandboxer(_ClientBase[Sandbox]):
                public: Optional[bool] = None, runtime: Optional[str] = None,
                idle_timeout: Optional[int] = None, snapshot: Optional[str] = None,
                egress_allow: Optional[Sequence[str]] = None,
-               net_raw: Optional[bool] = None,
+               net_raw: Optional[bool] = None, template: Optional[str] = None,
+               setuid: Optional[bool] = None,
                extra: Optional[Mapping[str, Any]] = None,
                timeout: Optional[float] = B.CREATE_TIMEOUT) -> Sandbox:
-        """Create a sandbox from ``image`` (or from ``snapshot``, a snapshot's name) and
-        return it running. Use it in a ``with`` block to have it deleted afterwards.
+        """Create a sandbox from ``image``, ``template`` (a template's name; a bare image
+        name that is a template means it too) or ``snapshot`` (a snapshot's name) and return
+        it running; with none of them, from the template "base" (Debian with python3, node,
+        git, sudo; no registry needed). Use it in a ``with`` block to have it deleted
+        afterwards. ``setuid``: let setuid programs (sudo) gain privileges (templates' sandboxes
+        have it).
 
         ``args``: the main process (default: the image's entrypoint+cmd; with neither, the
         sandbox idles, ready for exec). ``interactive``: the main process gets a console
@@ -400,7 +407,7 @@ class Sandboxer(_ClientBase[Sandbox]):
         """
         body = _create_body(image, label, interactive, env, args, hostname, cpus, memory, pids,
                             disk, network, ports, public, runtime, idle_timeout, snapshot, extra,
-                            egress_allow, net_raw)
+                            egress_allow, net_raw, template, setuid)
         return self._wrap(self._call(B.op_create(body, timeout)))
 
     def from_snapshot(self, snapshot: str, label: Optional[str] = None,

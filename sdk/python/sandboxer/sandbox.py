@@ -31,7 +31,7 @@ FIELDS = ("id", "name", "label", "image", "status", "exit_code", "hostname", "ip
           "parent_id", "child_ids", "created_at", "last_active_at", "deleted_at",
           "delete_reason", "is_public", "interactive", "url", "resources", "runtime",
           "network", "egress_allow", "net_raw", "memory_preserved", "message",
-          "terminated_sandboxes", "last_error")
+          "terminated_sandboxes", "last_error", "template", "setuid")
 
 #: Statuses after which a sandbox will not run again on its own.
 DONE = ("exited", "terminated")
