@@ -478,6 +478,12 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-cpus: 0.01 to 256");
     if (strcmp(o->default_network, "none") != 0 && strcmp(o->default_network, "open") != 0)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-network: none or open");
+    if (strcmp(o->runtime, "runc") != 0 && strcmp(o->runtime, "runsc") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_option", "--runtime: runc or runsc");
+    if (strcmp(o->runsc_platform, "auto") != 0 && strcmp(o->runsc_platform, "ptrace") != 0 &&
+        strcmp(o->runsc_platform, "kvm") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_option",
+                       "--runsc-platform: auto, ptrace or kvm");
     if (strcmp(o->cgroup_favordynmods, "on") != 0 && strcmp(o->cgroup_favordynmods, "off") != 0)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--cgroup-favordynmods: on or off");
     if (strcmp(o->cgroup_favordynmods, "on") == 0)

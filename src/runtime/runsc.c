@@ -8,7 +8,7 @@
  * - The agent's sockets (host unix sockets on the socket dir, --host-uds=all) are listened on
  *   by the container's gofer, for every process of the sandbox alike: SO_PEERCRED proves only
  *   that the listener is in this sandbox, so the agent also proves itself with a token
- *   (RUNTIME_AGENT_TOKEN, docs/security.md).
+ *   (RUNTIME_AGENT_TOKEN, docs/runsc.md).
  * - A checkpoint is refused, and the container killed, while the sandbox holds a host unix
  *   socket: the agent lets go of them first (RUNTIME_AGENT_QUIESCE) and listens again when
  *   runtime_agent_resume signals it. --leave-running destroys and restores the sandbox
@@ -237,6 +237,11 @@ static unsigned runsc_host_caps(const struct runtime *rt)
 {
     probe_wait();
     return probe.usable ? RUNTIME_KEEPS_MEMORY : 0;
+}
+
+void runtime_wait_probes(void)
+{
+    probe_wait();
 }
 
 const char *runtime_runsc_platform(const char **why)

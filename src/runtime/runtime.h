@@ -130,6 +130,8 @@ const char *runtime_name(const runtime_t *rt);
 bool runtime_can(const runtime_t *rt, unsigned caps);
 /* 0 if sandboxes can run with rt on this host; else ERR_INVALID "unsupported" saying why. */
 int runtime_usable(const runtime_t *rt, err_t *err);
+/* Wait for the start-up probes (bounded), so that none outlives the daemon's stop. */
+void runtime_wait_probes(void);
 /* What the runsc platform probe chose ("ptrace", "kvm") and why, for logs and doctor. */
 const char *runtime_runsc_platform(const char **why);
 

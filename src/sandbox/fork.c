@@ -45,7 +45,8 @@ static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *sp
     r->created_at = r->last_active_at = now_unix();
     snprintf(r->runtime, sizeof(r->runtime), "%s", runtime && *runtime ? runtime : "runc");
     r->spec = json_deep_copy(spec);
-    json_object_del(r->spec, "runtime"); /* a snapshot's, now the column */
+    json_object_del(r->spec, "runtime");       /* a snapshot's, now the column */
+    json_object_del(r->spec, "memory_reason"); /* a snapshot's: why it kept no memory */
     /* The console goes along with the processes (the spec says whether there is one). */
     r->interactive = json_is_true(json_object_get(spec, "interactive"));
 }
@@ -227,9 +228,13 @@ static bool snapshot_name_valid(const char *s)
 
 static json_t *snapshot_json(const snapshot_rec_t *s)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:b, s:f}", "id", s->id, "name", s->name, "source_id",
-                     s->source_id, "image", s->image, "memory_preserved", s->memory_preserved,
-                     "created_at", s->created_at);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b, s:f}", "id", s->id, "name", s->name,
+                          "source_id", s->source_id, "image", s->image, "memory_preserved",
+                          s->memory_preserved, "created_at", s->created_at);
+    json_t *reason = json_object_get(s->spec, "memory_reason");
+    if (!s->memory_preserved && json_is_string(reason))
+        json_object_set(j, "reason", reason);
+    return j;
 }
 
 int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, const char *name,
@@ -263,6 +268,10 @@ int sbx_snapshot_take(sbx_mgr_t *m, const user_t *owner, const char *key, const 
     json_object_set_new(snap.spec, "runtime", json_string(c.rec.runtime));
     const runtime_t *rt = sbx_runtime(&c.rec);
     snap.memory_preserved = runtime_can(rt, RUNTIME_KEEPS_MEMORY);
+    if (!snap.memory_preserved)
+        json_object_set_new(
+            snap.spec, "memory_reason",
+            json_sprintf("runtime %s cannot checkpoint on this host", runtime_name(rt)));
     _cleanup_free_ char *dir = snapshot_dir(m, snap.id);
     _cleanup_free_ char *ckpt = xasprintf("%s/checkpoint", dir);
     _cleanup_free_ char *layer = xasprintf("%s/layer", dir);
@@ -279,6 +288,7 @@ int sbx_snapshot_take(sbx_mgr_t *m, const user_t *owner, const char *key, const 
             /* gVisor refused it: a snapshot of the files alone, which says so */
             log_warn("sandbox.snapshot_files_only", "sandbox=%s msg=\"%s\"", c.rec.id, err->msg);
             snap.memory_preserved = false;
+            json_object_set_new(snap.spec, "memory_reason", json_string(err->msg));
             cap.ckpt_dir = NULL;
             rc = sbx_capture(m, &c.rec, &cap, "snapshot.after_checkpoint", err);
         }

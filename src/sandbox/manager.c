@@ -306,6 +306,7 @@ void sbx_close(sbx_mgr_t *m)
         return;
     sbx_templates_stop(m);
     sbx_reaper_stop(m);
+    runtime_wait_probes();
     if (m->watching) {
         uint64_t one = 1;
         (void)!write(m->wake_fd, &one, sizeof(one));
