@@ -39,6 +39,7 @@
 
 #define RUNSC_TIMEOUT_MS 30000
 #define PROBE_TIMEOUT_MS 3000
+#define PROBE_TRIES      3
 
 static struct {
     bool usable;
@@ -319,13 +320,26 @@ static int probe_once(const char *bin, const char *dir, const char *platform, er
     return ran ? 0 : -1;
 }
 
-/* Try platform; on success record it with why. */
+/*
+ * Try platform (up to PROBE_TRIES times while it fails fast: runsc's start sometimes loses
+ * its sandbox on a loaded host, "cannot read client sync file"; a run that hung is not tried
+ * again); on success record it with why.
+ */
 static bool try_platform(const char *bin, const char *dir, const char *platform, const char *why,
                          char *failed, size_t fsize)
 {
     err_t err = {0};
     double t0 = now_mono_ms();
-    if (probe_once(bin, dir, platform, &err) == 0) {
+    int rc = -1;
+    for (int i = 0; i < PROBE_TRIES && rc < 0; i++) {
+        if (i > 0 && now_mono_ms() - t0 >= PROBE_TIMEOUT_MS)
+            break;
+        if (i > 0)
+            log_info("runsc.probe_retry", "platform=%s msg=\"%s\"", platform, err.msg);
+        err = (err_t){0};
+        rc = probe_once(bin, dir, platform, &err);
+    }
+    if (rc == 0) {
         snprintf(probe.platform, sizeof(probe.platform), "%s", platform);
         snprintf(probe.why, sizeof(probe.why), "%s (probe ran in %.0f ms)", why,
                  now_mono_ms() - t0);

@@ -163,7 +163,7 @@ static void clear_run_dir(int run_fd)
 }
 
 /* True once the shim recorded the container's end (waits up to a second for it). */
-static bool wait_exit_file(int run_fd)
+bool sbx_wait_exit_file(int run_fd)
 {
     for (int i = 0; i < 200; i++) {
         if (faccessat(run_fd, "exit", F_OK, 0) == 0)
@@ -197,10 +197,10 @@ int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const 
     l->peer.token = l->token[0] ? l->token : NULL;
     /* A restored main process may end at once (e.g. on a connection that came back closed). */
     if (restore && runtime_after_restore(l->rt, l->id, l->init_pid, hostname, err) < 0)
-        return wait_exit_file(run_fd) ? 1 : -1;
+        return sbx_wait_exit_file(run_fd) ? 1 : -1;
     if (restore && runtime_can(l->rt, RUNTIME_AGENT_QUIESCE) &&
         runtime_agent_resume(l->rt, l->id, err) < 0)
-        return wait_exit_file(run_fd) ? 1 : -1;
+        return sbx_wait_exit_file(run_fd) ? 1 : -1;
     double deadline = now_mono_ms() + START_TIMEOUT_MS;
     /* Until the agent answers, or the main process has already finished (hello-world). */
     while (now_mono_ms() < deadline) {

@@ -203,6 +203,8 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
  * restore) and wait until its agent answers: 0, or 1 if the main process already ended (its
  * exit is recorded), -1 on failure. hostname is set again after a restore.
  */
+/* True once the shim has written run_fd's "exit" (the container ended), waiting up to 1 s. */
+bool sbx_wait_exit_file(int run_fd);
 int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
              const char *hostname, err_t *err);
 /* Mount r's root, write its bundle and boot it (from restore, or fresh when NULL). */
