@@ -5,7 +5,7 @@ of its own there. The daemon must then refuse the channel (a clear 502) instead 
 the owner's next exec, environment included, to the impostor and taking its forged output.
 Under gVisor the host sees the gofer as every socket's listener: the agent proves itself with
 its token (AUTH), and answers the host only, so an impostor relaying to the real agent is
-refused too (docs/security.md, "runsc").
+refused too (docs/runsc.md).
 """
 import json
 import os

@@ -173,8 +173,9 @@ def vhost_daemon(tmp_path, registry_url):
     return d, Sandboxes(d.url, d.admin_token)
 
 
-def test_subdomains_reach_the_sandbox(registry_url, tmp_path):
+def test_subdomains_reach_the_sandbox(registry_url, tmp_path, runtime):
     d, c = vhost_daemon(tmp_path, registry_url)
+    c.runtime = runtime
     try:
         s = server(c, public=True)
         r = httpx.get(d.url + "/hi?a=1", headers={"Host": f"{s['name']}.sbx.test"})

@@ -1,5 +1,5 @@
 """gVisor (runsc) as a sandbox's runtime: what only it has, and where it answers differently
-from runc (docs/lifecycle.md "Runtimes", docs/security.md "runsc"). The lifecycle itself
+from runc (docs/runsc.md). The lifecycle itself
 runs on both runtimes in the other suites (the sbx_rt fixture, test_lifecycle_matrix.py)."""
 import glob
 import os
@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Daemon, Sandboxes, leftover_cgroups, runsc_pids
+from conftest import Daemon, Sandboxes, leftover_cgroups, runsc_pids, wait_for
 
 # io_uring_setup(4, &params) through ctypes: "ok <fd> <link>" or "err <errno>"
 IO_URING = r'''
@@ -24,16 +24,6 @@ if fd < 0:
 else:
     print("ok", fd, os.readlink(f"/proc/self/fd/{fd}"))
 '''
-
-
-def wait_for(what, fn, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_runsc_sandbox_runs_on_gvisors_kernel(sbx):
@@ -88,6 +78,18 @@ def test_runsc_missing_is_a_clear_400(registry_url, tmp_path):
         d.kill()
 
 
+@pytest.mark.parametrize("opts, says", [
+    (["--runsc-platform", "xen"], b"--runsc-platform: auto, ptrace or kvm"),
+    (["--runtime", "kata"], b"--runtime: runc or runsc"),
+])
+def test_bad_runtime_options_refuse_to_start(tmp_path, opts, says):
+    from conftest import BIN
+    p = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0", "--socket",
+                        str(tmp_path / "s.sock"), "--state-dir", str(tmp_path / "state"),
+                        "--templates-dir", "none", *opts], capture_output=True, timeout=60)
+    assert p.returncode != 0 and says in p.stderr, p.stderr
+
+
 def test_kvm_probe_falls_back_to_ptrace_within_its_bound(registry_url, tmp_path):
     """--runsc-platform kvm on this nested VM hangs in KVM_RUN: the probe is killed after
     3 s, cleaned up, and ptrace is used; with --runtime runsc the daemon's start waits for
@@ -120,12 +122,29 @@ def test_kvm_probe_falls_back_to_ptrace_within_its_bound(registry_url, tmp_path)
 
 def test_runsc_memory_limit_bounds_the_whole_sandbox(sbx):
     """gVisor has no OOM killer of its own: the host's cgroup limit holds its kernel too, and
-    a process past it ends the sandbox (exited), not the process alone (docs/security.md)."""
+    a process past it ends the sandbox (exited), not the process alone (docs/runsc.md)."""
     sid = sbx.create("busybox", runtime="runsc", memory="64M")["id"]
-    sbx.post(f"/sandboxes/{sid}/execute",
-             json={"code": "dd if=/dev/zero of=/dev/null bs=200M count=1"}, timeout=60)
+    r = sbx.post(f"/sandboxes/{sid}/execute",
+                 json={"code": "dd if=/dev/zero of=/dev/null bs=200M count=1"}, timeout=60)
+    assert r.status_code < 500, r.text  # never a server fault
     wait_for("the sandbox to end",
              lambda: sbx.get(f"/sandboxes/{sid}").json()["status"] == "exited")
+
+
+def test_runsc_pids_limit_counts_host_threads_and_ends_the_sandbox(sbx, sbx_daemon):
+    """On runsc the pids cgroup holds gVisor's host threads (the Sentry, the gofer, a ptrace
+    stub per task): an idle sandbox already has dozens, and a fork bomb past the limit ends
+    the whole sandbox; the exec that ran it answers 409, not 500 (docs/runsc.md)."""
+    sid = sbx.create("busybox", runtime="runsc", pids=400)["id"]
+    idle = sbx.get(f"/sandboxes/{sid}/stats").json()["pids"]
+    assert idle["limit"] == 400 and 10 < idle["current"] < 400, idle
+    r = sbx.post(f"/sandboxes/{sid}/execute", json={"code": (
+        "i=0; while [ $i -lt 800 ]; do sleep 6 >/dev/null 2>&1 & i=$((i+1)); done; echo $i")},
+        timeout=60)
+    assert r.status_code == 409 and r.json()["code"] == "sandbox_not_running", r.text
+    wait_for("the sandbox to end",
+             lambda: sbx.get(f"/sandboxes/{sid}").json()["status"] == "exited")
+    assert httpx.get(sbx_daemon.url + "/healthz").status_code == 200
 
 
 TCP_CLIENT = r'''
@@ -151,6 +170,10 @@ def test_runsc_hibernate_with_a_connection_is_refused_and_changes_nothing(sbx, s
     # a snapshot keeps the files only, and says so
     r = sbx.post(f"/sandboxes/{sid}/snapshots", json={"name": "tcp"}, timeout=120)
     assert r.status_code == 201 and r.json()["memory_preserved"] is False, r.text
+    assert "TCP" in r.json()["reason"], r.text
+    listed = [x for x in sbx.get("/snapshots").json()["snapshots"] if x["name"] == "tcp"]
+    assert listed and "TCP" in listed[0]["reason"], listed
+    sbx.delete("/snapshots/tcp")
 
 
 def test_runsc_leaves_nothing_behind(sbx, sbx_daemon):

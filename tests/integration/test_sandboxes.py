@@ -1,4 +1,4 @@
-"""Sandboxes on runc: create, exec, logs, limits, isolation, delete, restart."""
+"""Sandboxes on runc (and, where marked, runsc): create, exec, logs, limits, isolation, delete, restart."""
 import concurrent.futures
 import json
 import os
@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from conftest import leftover_cgroups
+from conftest import leftover_cgroups, wait_for
 
 
 def wait_status(c, sid, status, timeout=20):
@@ -309,15 +309,19 @@ def test_delete_leaves_nothing_behind(sbx_daemon, sbx):
     assert sbx.post(f"/sandboxes/{sid}/execute", json={"code": "true"}).status_code == 409
 
 
-def test_restart_keeps_sandboxes_running(sbx_daemon, sbx):
+def test_restart_keeps_sandboxes_running(sbx_daemon, sbx_rt, runtime):
+    sbx = sbx_rt
     sid = sbx.create("busybox")["id"]
     sbx.sh(sid, "echo 42 > /tmp/value")
     gone = sbx.create("busybox")["id"]
     assert sbx_daemon.stop() == 0
     # while the daemon is down, one container disappears
-    root = os.path.join(sbx_daemon.state_dir, "runc")
-    subprocess.run(["runc", "--root", root, "kill", "--all", gone, "KILL"], check=True)
-    time.sleep(0.5)
+    root = os.path.join(sbx_daemon.state_dir, runtime)
+    subprocess.run([runtime, "--root", root, "kill", "--all", gone, "KILL"], check=True,
+                   timeout=30)
+    wait_for("the killed container to stop", lambda: json.loads(subprocess.run(
+        [runtime, "--root", root, "state", gone], capture_output=True, text=True,
+        timeout=30).stdout or '{"status": "stopped"}')["status"] == "stopped")
     sbx_daemon.start()
     c = type(sbx)(sbx_daemon.url, sbx_daemon.admin_token)
     try:

@@ -6,7 +6,7 @@ import time
 
 def test_stats_report_cpu_memory_pids_disk_and_network(sbx_rt, sbx_user, runtime):
     sbx = sbx_rt
-    # under gVisor the limits hold its own kernel too (docs/security.md): room for it
+    # under gVisor the limits hold its own kernel too (docs/runsc.md): room for it
     mem = 64 << 20 if runtime == "runc" else 256 << 20
     pids = 100 if runtime == "runc" else 400
     sid = sbx.create("busybox", memory=str(mem), pids=pids)["id"]
