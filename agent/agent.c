@@ -78,6 +78,17 @@ static char *beside_socket(const char *socket_path, const char *name)
     return xasprintf("%.*s/%s", (int)(slash - socket_path), socket_path, name);
 }
 
+/* `--set-hostname NAME`: run by the daemon (runsc exec, with CAP_SYS_ADMIN for this call
+ * alone) in a restored gVisor sandbox, whose hostname lives in gVisor's own kernel. */
+static int set_hostname(const char *name)
+{
+    if (sethostname(name, strlen(name)) < 0) {
+        agent_warn("sethostname: %s", strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 static void parse_args(int argc, char **argv, struct agent_config *cfg)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -86,6 +97,8 @@ static void parse_args(int argc, char **argv, struct agent_config *cfg)
                                          {"tty", no_argument, NULL, 't'},
                                          {"console-socket", required_argument, NULL, 'c'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"auth-stdin", no_argument, NULL, 'a'},
+                                         {"set-hostname", required_argument, NULL, 'H'},
                                          {NULL, 0, NULL, 0}};
     int c;
     /* "+": stop at the first non-option, so the main argv keeps its own flags. */
@@ -106,6 +119,11 @@ static void parse_args(int argc, char **argv, struct agent_config *cfg)
         case 'c':
             cfg->console_path = optarg;
             break;
+        case 'a':
+            cfg->auth_stdin = true;
+            break;
+        case 'H':
+            exit(set_hostname(optarg));
         default:
             usage();
         }
@@ -123,6 +141,7 @@ static int setup_signals(void)
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, AGENT_RESUME_SIGNAL);
     for (size_t i = 0; i < ARRAY_SIZE(forwarded); i++)
         sigaddset(&mask, forwarded[i]);
     sigprocmask(SIG_BLOCK, &mask, NULL);
@@ -188,6 +207,57 @@ static void reap(struct agent *a)
     }
 }
 
+static struct agent *the_agent; /* for agent_quiesce, called from procs.sock's handler */
+
+int agent_quiesce(char *reason, size_t size)
+{
+    struct agent *a = the_agent;
+    if (a->console) {
+        snprintf(reason, size,
+                 "an interactive sandbox's console socket cannot be let go of, and "
+                 "gVisor refuses to checkpoint a sandbox holding a host socket");
+        return -1;
+    }
+    if (a->listen_fd >= 0) {
+        close(a->listen_fd);
+        a->listen_fd = -1;
+        unlink(a->cfg.socket_path);
+    }
+    return 0;
+}
+
+/* Count the lines of a /proc/net/tcp file whose state (the 4th field) is not LISTEN (0A). */
+static int tcp_busy_in(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char line[512], st[8];
+    int n = 0;
+    if (fgets(line, sizeof(line), f)) /* the header */
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "%*s %*s %*s %7s", st) == 1 && strcmp(st, "0A") != 0)
+                n++;
+    fclose(f);
+    return n;
+}
+
+int agent_tcp_busy(void)
+{
+    return tcp_busy_in("/proc/net/tcp") + tcp_busy_in("/proc/net/tcp6");
+}
+
+/* After a restore: listen again where QUIESCE let go (nothing to do otherwise). */
+static void resume(struct agent *a)
+{
+    if (a->listen_fd < 0) {
+        a->listen_fd = agent_listen(a->cfg.socket_path);
+        if (a->listen_fd < 0)
+            agent_warn("cannot listen on %s again: %s", a->cfg.socket_path, strerror(errno));
+    }
+    agent_procs_resume(a->procs);
+}
+
 static void on_signals(struct agent *a)
 {
     struct signalfd_siginfo si;
@@ -195,6 +265,8 @@ static void on_signals(struct agent *a)
         int sig = (int)si.ssi_signo;
         if (sig == SIGCHLD)
             reap(a);
+        else if (sig == AGENT_RESUME_SIGNAL)
+            resume(a);
         else if (a->main_pid > 0 && kill(-a->main_pid, sig) < 0)
             kill(a->main_pid, sig);
         else if (a->main_pid <= 0 && sig == SIGTERM)
@@ -222,7 +294,7 @@ static void start_session(struct agent *a, int conn)
             agent_console_close_fds(a->console);
         /* A copy of a background process's stdin pipe here would keep it from its EOF. */
         agent_procs_close_fds(a->procs);
-        if (getppid() != agent_pid)
+        if (getppid() != agent_pid || agent_auth_gate(conn, 2000) < 0)
             _exit(0);
         agent_session_run(conn, &a->cfg);
     }
@@ -398,6 +470,11 @@ int main(int argc, char **argv)
     struct agent a = {
         .main_pid = 0, .main_stdin = -1, .keeper_note = -1, .keeper_read = -1, .console_hold = -1};
     parse_args(argc, argv, &a.cfg);
+    the_agent = &a;
+    if (a.cfg.auth_stdin && agent_auth_load() < 0) {
+        agent_warn("--auth-stdin: no token on stdin");
+        return 125;
+    }
     a.sessions = xcalloc(MAX_SESSIONS, sizeof(pid_t));
     a.sigfd = setup_signals();
     /* Outside a PID namespace (tests, debugging) orphans should still come to us. */

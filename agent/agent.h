@@ -21,6 +21,7 @@ struct agent_config {
     const char *workdir;      /* --workdir for the main process and default for execs */
     bool tty;                 /* the main process runs on a PTY of the agent's (the console) */
     const char *console_path; /* --console-socket; NULL: console.sock beside socket_path */
+    bool auth_stdin;          /* read a token from stdin; answer AUTH with it (gVisor) */
     char **main_argv;         /* NULL or empty: idle, serve execs only */
 };
 
@@ -186,6 +187,28 @@ void agent_exec_plan_free(struct exec_plan *p);
 
 /* session.c — one connection, one request; runs in a forked child and never returns. */
 __attribute__((noreturn)) void agent_session_run(int sock, const struct agent_config *cfg);
+
+/* auth.c — the token of an agent started with --auth-stdin (gVisor, see auth.c). */
+
+/* Read the token from stdin (then /dev/null there); -1 if it is not AGENT_TOKEN_LEN hex. */
+int agent_auth_load(void);
+/* True once a token was loaded: every connection must then pass agent_auth_gate. */
+bool agent_auth_on(void);
+/* With a token: read AUTH from fd (at most timeout_ms), check the peer is on the host, answer
+ * AUTH_OK; -1: drop the connection. Without one: 0 at once. */
+int agent_auth_gate(int fd, int timeout_ms);
+
+/* agent.c — checkpoints under gVisor (QUIESCE on procs.sock, AGENT_RESUME_SIGNAL). */
+
+/* Let go of the agent's listening sockets but procs.sock's (and refuse, with why in reason,
+ * when the sandbox holds one that cannot be let go of: the console). 0: done. */
+int agent_quiesce(char *reason, size_t size);
+/* The TCP endpoints of the sandbox other than listeners (/proc/net/tcp and tcp6). */
+int agent_tcp_busy(void);
+/* procs.c: close procs.sock's listener and every connection but keep (the QUIESCE one). */
+void agent_procs_quiesce(struct agent_procs *ps, int keep_fd);
+/* procs.c: listen on procs.sock again (after a restore). */
+void agent_procs_resume(struct agent_procs *ps);
 
 /* io.c — small fd helpers. */
 

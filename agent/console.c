@@ -326,6 +326,10 @@ static void on_accept(struct agent_console *c)
         int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             return; /* EAGAIN, or a transient error: poll tells us again */
+        if (agent_auth_gate(fd, 1000) < 0) {
+            close(fd);
+            continue;
+        }
         struct client *free_slot = NULL;
         for (size_t i = 0; i < AGENT_CONSOLE_CLIENTS && !free_slot; i++)
             if (c->clients[i].fd < 0)

@@ -299,6 +299,51 @@ static void on_list(struct agent_procs *ps, struct pconn *c)
     answer(c);
 }
 
+/*
+ * Before a gVisor checkpoint: the sandbox may hold no host socket (and no TCP endpoint but a
+ * listener). Say why not when it must, and let go of nothing then; else close every listener
+ * and connection to the host but this one, which closes once QUIESCED is out.
+ */
+static void on_quiesce(struct agent_procs *ps, struct pconn *c)
+{
+    char reason[300] = "";
+    int tcp = agent_tcp_busy();
+    bool ok = false;
+    if (tcp > 0)
+        snprintf(reason, sizeof(reason),
+                 "%d TCP connection%s of the sandbox %s open or closing (TIME_WAIT), which gVisor "
+                 "cannot checkpoint",
+                 tcp, tcp == 1 ? "" : "s", tcp == 1 ? "is" : "are");
+    else if (agent_quiesce(reason, sizeof(reason)) == 0)
+        ok = true;
+    if (ok)
+        agent_procs_quiesce(ps, c->fd);
+    _cleanup_json_ json_t *j = json_pack("{s:b, s:i}", "ok", ok, "tcp", tcp);
+    if (!ok)
+        json_object_set_new(j, "reason", json_string(reason));
+    _cleanup_free_ char *s = json_dump_compact(j);
+    queue_frame(c, AGENT_QUIESCED, s, strlen(s));
+    answer(c);
+}
+
+void agent_procs_quiesce(struct agent_procs *ps, int keep_fd)
+{
+    for (size_t i = 0; i < AGENT_PROCS_CONNS; i++)
+        if (ps->conns[i].state != PC_FREE && ps->conns[i].fd != keep_fd)
+            conn_close(&ps->conns[i]);
+    if (ps->listen_fd >= 0) {
+        close(ps->listen_fd);
+        ps->listen_fd = -1;
+        unlink(ps->path);
+    }
+}
+
+void agent_procs_resume(struct agent_procs *ps)
+{
+    if (ps && ps->listen_fd < 0)
+        ps->listen_fd = agent_listen(ps->path);
+}
+
 static void handle_request(struct agent_procs *ps, struct pconn *c, const struct agent_frame *f)
 {
     switch (f->type) {
@@ -317,6 +362,9 @@ static void handle_request(struct agent_procs *ps, struct pconn *c, const struct
         return;
     case AGENT_PROC_STDIN:
         on_stdin(ps, c, f);
+        return;
+    case AGENT_QUIESCE:
+        on_quiesce(ps, c);
         return;
     case AGENT_PROC_GET:
     case AGENT_PROC_SIGNAL:
@@ -384,6 +432,10 @@ static void on_accept(struct agent_procs *ps)
         int fd = accept4(ps->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             return; /* EAGAIN, or a transient error: poll tells us again */
+        if (agent_auth_gate(fd, 1000) < 0) {
+            close(fd);
+            continue;
+        }
         struct pconn *c = NULL;
         for (size_t i = 0; i < AGENT_PROCS_CONNS && !c; i++)
             if (ps->conns[i].state == PC_FREE)

@@ -130,7 +130,7 @@ static void handle_ctl(struct keeper *k)
             buf_append(&k->in, f.payload, f.len);
         } else if (f.type == AGENT_STDIN_EOF) {
             struct termios t;
-            char eof = tcgetattr(k->master, &t) == 0 ? (char)t.c_cc[VEOF] : 4;
+            char eof = tcgetattr(k->master, &t) == 0 && t.c_cc[VEOF] ? (char)t.c_cc[VEOF] : 4;
             buf_append(&k->in, &eof, 1);
         } else if (f.type == AGENT_RESIZE && agent_resize_decode(&f, &cols, &rows) == 0) {
             agent_pty_resize(k->master, cols, rows);

@@ -45,6 +45,8 @@ enum agent_frame_type {
     AGENT_STDIN_EOF = 0x05, /* empty: close the process's stdin */
     AGENT_SIGNAL = 0x06,    /* 1 byte: a signal number for the process group */
     AGENT_RESIZE = 0x07,    /* 4 bytes: u16 cols, u16 rows, big-endian (tty execs) */
+    AGENT_AUTH = 0x08,      /* empty, the first frame on every socket of an agent started
+                               with --auth-stdin; answered with AUTH_OK (or the agent closes) */
     /* files requests: JSON, one per connection instead of EXEC, served as the request's user */
     AGENT_STAT = 0x10,   /* {"path"} → FILE_INFO */
     AGENT_READ = 0x11,   /* {"path", "offset"?, "length"?} → FILE_INFO, FILE_DATA..., FILE_END */
@@ -64,6 +66,8 @@ enum agent_frame_type {
     AGENT_PROC_SIGNAL = 0x25, /* {"pid", "signal"} → PROCESS */
     AGENT_PROC_RESIZE = 0x26, /* {"pid", "cols", "rows"} → PROCESS */
     AGENT_PROC_DELETE = 0x27, /* {"pid"} → OK {"pid"} */
+    AGENT_QUIESCE = 0x28,     /* empty, procs.sock: let go of every host socket before a
+                                 checkpoint → QUIESCED, then the agent closes */
 
     /* agent → client */
     AGENT_HELLO_OK = 0x81, /* JSON {"version": 1, "pid": N} */
@@ -83,7 +87,16 @@ enum agent_frame_type {
     AGENT_PROCESSES = 0xa0,   /* {"count": N}: the end of PS's PROCESS frames */
     AGENT_PROCESS = 0xa1,     /* JSON process record */
     AGENT_OUTPUT_INFO = 0xa2, /* {"cursor", "dropped"}: OUTPUT's first frame */
+    AGENT_QUIESCED = 0xa3,    /* {"ok": bool, "reason"?, "tcp": N}: sockets closed (ok) or
+                                 kept, with why a checkpoint would fail */
+    AGENT_AUTH_OK = 0x88,     /* the agent's token (the bytes it read with --auth-stdin) */
 };
+
+/* The signal that makes a quiesced agent listen on its sockets again (after a restore):
+ * SIGPWR (runsc kill knows no real-time signal). Any other time it does nothing. */
+#define AGENT_RESUME_SIGNAL 30
+/* The agent's token: hex characters, read from stdin with --auth-stdin. */
+#define AGENT_TOKEN_LEN 64
 
 /* PROC_STDIN's flags byte. */
 #define AGENT_PROC_STDIN_EOF 1u

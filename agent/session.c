@@ -278,7 +278,7 @@ void session_stdin_eof(struct session *s)
     s->stdin_eof = true;
     if (s->tty && s->in_fd >= 0) {
         struct termios t;
-        char eof = tcgetattr(s->in_fd, &t) == 0 ? (char)t.c_cc[VEOF] : 4;
+        char eof = tcgetattr(s->in_fd, &t) == 0 && t.c_cc[VEOF] ? (char)t.c_cc[VEOF] : 4;
         buf_append(&s->stdin_q, &eof, 1);
     }
 }

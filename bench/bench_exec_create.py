@@ -6,6 +6,10 @@ on the same machine and the same busybox test image (tests/images/build.py).
                       keep-alive httpx connection (also POST /exec {"argv":["echo","hi"]},
                       which skips the shell); `runc exec CTR echo hi` on a bare runc
                       container; `podman exec CTR echo hi`.
+  on runsc            the same exec (nd client) and create in sandboxes created with
+                      "runtime": "runsc" (gVisor) on the same daemon, rows "sandboxer
+                      runsc" (--runtimes runc,runsc, the default; the platform is the one
+                      the daemon's probe chose, printed below the table).
   create -> running   Sandboxer: POST /sandboxes {"image":"busybox"} until its response (the
                       sandbox is running and its agent answers), image already cached;
                       `podman run -d` until it returns; `runc run -d` on a prepared bundle
@@ -38,7 +42,7 @@ import time
 
 from common import (PODMAN_OPTS, Interrupted, Podman, Session, check_prerequisites,
                     cpu_ms, interleaved, keep_log_cleanup, log, machine_info, parser,
-                    percentile, print_header, registry, run, timed_loop)
+                    percentile, print_header, registry, run, runtimes, timed_loop, tool_name)
 
 IDLE = ["sleep", "1000000"]
 TARGETS = {("exec echo hi", "sandboxer"): 5.0, ("exec echo hi", "sandboxer nd"): 5.0,
@@ -292,6 +296,7 @@ def summarize(rows):
 def main():
     args = parser("exec_create", __doc__).parse_args()
     check_prerequisites(args)
+    rts = ["runc"] + [rt for rt in runtimes(args) if rt != "runc"]  # the daemon's default
     info = machine_info(args.bin)
     session = Session(args.total_timeout)
     prefix, workdir = session.prefix, session.workdir
@@ -299,6 +304,7 @@ def main():
     session.on_cleanup("the daemon's log", keep_log_cleanup(lambda: sbx, args.keep_log))
     rows = []
     many = {"states": [], "hibernate_409": []}
+    platform = "?"  # runsc's, read from the daemon's log before the cleanup removes it
     try:
         build = registry._build_module()
         layout = build.ensure("busybox")
@@ -325,6 +331,14 @@ def main():
                 f"{tool} exec", args.n_exec, args.warmup, args.phase_timeout,
                 make(sid, client))})
         sbx.delete(sid)
+        for rt in rts[1:]:
+            log(f"exec: sandboxer on {rt} x{args.n_exec}")
+            sid = sbx.create(body={"image": "busybox", "runtime": rt})
+            rows.append({"bench": "exec echo hi", "tool": tool_name(rt), "samples": timed_loop(
+                f"sandboxer {rt} exec", args.n_exec, args.warmup, args.phase_timeout,
+                sbx.exec_op(sid, sbx.http_nd))})
+            sbx.delete(sid)
+            platform = sbx.runsc_platform()
 
         log(f"exec: runc x{args.n_exec_runc}")
         cid, bundle = rc.prepare()
@@ -347,6 +361,11 @@ def main():
             rows.append({"bench": "create -> running", "tool": tool, "samples": timed_loop(
                 f"{tool} create", args.n_create, 2, args.phase_timeout,
                 sbx.create_op(client))})
+        for rt in rts[1:]:
+            log(f"create: sandboxer on {rt} x{args.n_create}")
+            rows.append({"bench": "create -> running", "tool": tool_name(rt), "samples":
+                         timed_loop(f"sandboxer {rt} create", args.n_create, 2,
+                                    args.phase_timeout, sbx.create_op(sbx.http_nd, rt))})
         log(f"create: runc x{args.n_create_runc}")
         rows.append({"bench": "create -> running", "tool": "runc run -d", "samples": timed_loop(
             "runc create", args.n_create_runc, 2, args.phase_timeout, rc.timed_create)})
@@ -370,6 +389,9 @@ def main():
     print("sandboxer:    httpx 0.23 client as it comes, one keep-alive connection")
     print("sandboxer nd: the same client with TCP_NODELAY set on its socket")
     print("nd argv:      POST /sandboxes/{id}/exec {\"argv\":[\"echo\",\"hi\"]} (no sh -c)")
+    if "runsc" in rts:
+        print(f"runsc:        the nd client, sandboxes with \"runtime\": \"runsc\" (gVisor, "
+              f"platform {platform})")
     if many["states"]:
         print()
         print(summarize_many(many))

@@ -34,6 +34,10 @@ For each shape and size (--sizes, default 50 and 200 MB):
   create from snapshot  Sandboxer: POST /sandboxes {"snapshot": name} until its response;
                         checked, then deleted, untimed.
 
+Each Sandboxer series runs on every runtime of --runtimes (default runc,runsc): rows
+"sandboxer" on runc + CRIU, "sandboxer runsc" on gVisor's own checkpoint/restore (which stops
+the source for a fork or a snapshot and restores it: docs/runsc.md).
+
 Prints p50/p90/p99 in ms with the targets of issue 12 (at 50 MB: fork <= 200, wake <= 120,
 create from a snapshot <= 80 ms; both shapes are held to them); a series that fails shows its
 error instead of numbers. Everything it makes (sandboxes, snapshots, the daemon, the
@@ -52,7 +56,8 @@ import time
 
 from common import (CKPT_TMP, PODMAN_OPTS, ROOT, Interrupted, Podman, Session,
                     TotalTimeout, check_prerequisites, keep_log_cleanup, log, machine_info,
-                    parser, percentile, print_header, registry, run, timed_run)
+                    parser, percentile, print_header, registry, run, runtimes, timed_run,
+                    tool_name)
 
 SLOW_OP = 180  # seconds for one fork, hibernate, wake, checkpoint or restore
 # issue 12, at 50 MB (p50, ms)
@@ -96,8 +101,9 @@ def same_state(got, want, what):
 class SandboxerFork:
     """The Sandboxer side of one shape and size: a server sandbox and its operations."""
 
-    def __init__(self, sbx, mb, keep_dir, shape):
+    def __init__(self, sbx, mb, keep_dir, shape, runtime="runc"):
         self.sbx = sbx
+        self.runtime = runtime
         self.mb = mb
         self.keep_dir = keep_dir
         self.shape = shape
@@ -117,9 +123,9 @@ class SandboxerFork:
         if self.shape == "main":
             self.sid = self.sbx.create(body={
                 "image": "python", "args": ["python3", "-c", SERVER],
-                "env": {"DATA_MB": str(self.mb)}})
+                "env": {"DATA_MB": str(self.mb)}, "runtime": self.runtime})
         else:  # an idle sandbox, the server started through exec
-            self.sid = self.sbx.create(body={"image": "python"})
+            self.sid = self.sbx.create(body={"image": "python", "runtime": self.runtime})
             r = self.sbx.request("POST", f"/sandboxes/{self.sid}/exec", timeout=60, json={
                 "argv": ["sh", "-c", BACKGROUND], "env": {"DATA_MB": str(self.mb)}})
             if r.json().get("exit_code") != 0:
@@ -139,7 +145,7 @@ class SandboxerFork:
 
     def keep_criu_logs(self, kind, sid, where="run"):
         """Copy CRIU's and runc's logs of sid (its run dir, or a snapshot's dir) aside."""
-        if not self.keep_dir:
+        if not self.keep_dir or self.runtime != "runc":  # CRIU's logs: runc only
             return
         src = where if os.path.isabs(where) else os.path.join(
             self.sbx.state_dir, "sandboxes", sid, where)
@@ -415,14 +421,16 @@ def fs_of(path):
 
 # ---------------------------------------------------------------- the series of one size
 
-def sandboxer_series(args, sbx, rows, shape, mb, keep_dir):
-    warm, budget, what = args.fork_warmup, args.phase_timeout, f"{shape} {mb} MB"
-    sf = SandboxerFork(sbx, mb, keep_dir, shape)
-    fork_rows = new_rows(rows, "fork", ["sandboxer"], mb, shape)
-    hib_rows = new_rows(rows, "hibernate", ["sandboxer"], mb, shape)
-    wake_rows = new_rows(rows, "wake", ["sandboxer"], mb, shape)
-    save_rows = new_rows(rows, "snapshot save", ["sandboxer"], mb, shape)
-    snap_rows = new_rows(rows, "create from snapshot", ["sandboxer"], mb, shape)
+def sandboxer_series(args, sbx, rows, shape, mb, keep_dir, runtime="runc"):
+    warm, budget = args.fork_warmup, args.phase_timeout
+    what = f"{shape} {mb} MB" + ("" if runtime == "runc" else f" on {runtime}")
+    sf = SandboxerFork(sbx, mb, keep_dir, shape, runtime)
+    tool = [tool_name(runtime)]
+    fork_rows = new_rows(rows, "fork", tool, mb, shape)
+    hib_rows = new_rows(rows, "hibernate", tool, mb, shape)
+    wake_rows = new_rows(rows, "wake", tool, mb, shape)
+    save_rows = new_rows(rows, "snapshot save", tool, mb, shape)
+    snap_rows = new_rows(rows, "create from snapshot", tool, mb, shape)
     try:
         log(f"sandboxer {what}: starting the server (untimed; the first pulls)")
         sf.start()
@@ -436,7 +444,7 @@ def sandboxer_series(args, sbx, rows, shape, mb, keep_dir):
     series(f"sandboxer fork {what}", fork_rows, args.n_fork, warm, budget, sf.fork)
     series(f"sandboxer hibernate/wake {what}", hib_rows + wake_rows, args.n_hibernate, warm,
            budget, sf.hibernate_wake)
-    name = f"bench-{shape}-{mb}mb"
+    name = f"bench-{shape}-{mb}mb-{runtime}"
     series(f"sandboxer snapshot {what}", save_rows, 1, 0, budget, lambda: sf.snapshot(name))
     if name in sbx.snapshots:
         series(f"sandboxer create from snapshot {what}", snap_rows, args.n_snapshot, warm,
@@ -475,6 +483,7 @@ def podman_series(args, pm, rows, shape, mb):
 def main():
     args = parser("fork", __doc__).parse_args()
     check_prerequisites(args)
+    rts = runtimes(args)
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     shapes = [x.strip() for x in args.workload.split(",") if x.strip()]
     if not shapes or any(x not in SHAPES for x in shapes):
@@ -501,6 +510,7 @@ def main():
     reg = sbx = pm = failed = None
     session.on_cleanup("the daemon's log", keep_log_cleanup(lambda: sbx, args.keep_log))
     rows = []
+    platform = "?"  # runsc's, read from the daemon's log before the cleanup removes it
     try:
         build = registry._build_module()
         layout = build.ensure("python")
@@ -514,9 +524,11 @@ def main():
 
         for shape in shapes:
             for mb in sizes:
-                sandboxer_series(args, sbx, rows, shape, mb, keep_dir)
+                for rt in rts:
+                    sandboxer_series(args, sbx, rows, shape, mb, keep_dir, rt)
                 if pm:
                     podman_series(args, pm, rows, shape, mb)
+        platform = sbx.runsc_platform()
     except (Exception, KeyboardInterrupt, Interrupted) as e:
         failed = session.stopped(e, sbx)
     finally:
@@ -530,6 +542,9 @@ def main():
     print("shape exec: an idle sandbox (podman: sleep infinity), the server started through "
           "exec as `nohup python3 -c SERVER >/dev/null 2>&1 &`; main: the server is the main "
           "process")
+    if "runsc" in rts:
+        print(f"sandboxer runsc: gVisor on platform {platform}; a fork or snapshot "
+              "stops the source, checkpoints it and restores it (docs/runsc.md)")
     if pm:
         print("podman sum: checkpoint --leave-running --export + restore --import --name, per "
               "sample; podman hibernate/wake: checkpoint CTR / restore CTR (runc, CRIU)")
@@ -550,7 +565,7 @@ def main():
                                        "samples_ms": [round(x, 3) for x in r["samples"]]}
                 for r in rows]}, f, indent=2)
     # a failed podman row is a finding about podman on this host, shown in the table
-    if failed is not None or any(r["error"] and r["tool"] == "sandboxer" for r in rows):
+    if failed is not None or any(r["error"] and r["tool"].startswith("sandboxer") for r in rows):
         sys.exit(1)
 
 

@@ -152,6 +152,10 @@ def parser(script, doc):
     ap.add_argument("--log-level", default="info", help="the daemon's --log-level")
     ap.add_argument("--keep-log", metavar="PATH", help="copy the daemon's log to PATH")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--runtimes", default="runc,runsc",
+                    help="the sandbox runtimes to measure, comma-separated: runc and/or runsc "
+                    "(gVisor, on the platform the daemon probes; left out with a note when "
+                    "runsc is not installed; exec_create measures runc always); default runc,runsc")
     for name, specs in SCRIPT_ARGS.items():
         for flag, kw in specs:
             if name == script:
@@ -161,6 +165,26 @@ def parser(script, doc):
                 ap.add_argument(flag, dest=f"_other_{flag[2:]}", help=argparse.SUPPRESS,
                                 **hidden)
     return ap
+
+
+RUNTIMES = ("runc", "runsc")
+
+
+def runtimes(args):
+    """The runtimes of --runtimes, in their order; runsc only where it is installed."""
+    want = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    if not want or any(r not in RUNTIMES for r in want):
+        sys.exit(f"bench: --runtimes takes runc and/or runsc, not {args.runtimes!r}")
+    if "runsc" in want and not shutil.which("runsc"):
+        log("runsc is not installed: its rows are left out (scripts/setup installs it)")
+        want.remove("runsc")
+    return want
+
+
+def tool_name(runtime, base="sandboxer"):
+    """The tool column of a Sandboxer row: "sandboxer" on runc (the targets are for it),
+    "sandboxer runsc" on gVisor."""
+    return base if runtime == "runc" else f"{base} {runtime}"
 
 
 def check_prerequisites(args):
@@ -332,6 +356,15 @@ class Sandboxer:
             raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:1000]}")
         return r
 
+    def runsc_platform(self):
+        """What the daemon's runsc platform probe chose, from its log ("?" before it says)."""
+        try:
+            with open(self.stderr_path, errors="replace") as f:
+                m = re.search(r"event=runsc\.platform platform=(\w+)", f.read())
+        except OSError:
+            m = None
+        return m.group(1) if m else "?"
+
     def create(self, client=None, body=None, timeout=300):
         """POST /sandboxes (busybox unless body says otherwise); returns the new id."""
         r = self.request("POST", "/sandboxes", expect=(201,), timeout=timeout, client=client,
@@ -344,10 +377,10 @@ class Sandboxer:
         self.request("DELETE", f"/sandboxes/{sid}", expect=(200, 404))
         self.ids.discard(sid)
 
-    def create_op(self, client):
+    def create_op(self, client, runtime="runc"):
         def op():
             t0 = time.perf_counter_ns()
-            sid = self.create(client)
+            sid = self.create(client, body={"image": "busybox", "runtime": runtime})
             dt = (time.perf_counter_ns() - t0) / 1e6
             self.delete(sid)
             return dt
@@ -433,14 +466,15 @@ def pids_mentioning(path):
 def sweep_state(state_dir):
     """Whatever a daemon on state_dir left behind: containers, shims, cgroups, and the
     fork checkpoints of its sandboxes in CKPT_TMP (a daemon stopped mid-fork leaves one)."""
-    root = os.path.join(state_dir, "runc")
-    if os.path.isdir(root):
-        ids = run(["runc", "--root", root, "list", "-q"], check=False,
-                  text=True).stdout.split()
+    for rt in RUNTIMES:
+        root = os.path.join(state_dir, rt)
+        if not os.path.isdir(root) or not shutil.which(rt):
+            continue
+        ids = run([rt, "--root", root, "list", "-q"], check=False, text=True).stdout.split()
         for cid in ids:
-            log(f"cleanup: sandbox container {cid} was left; removing it")
-            run(["runc", "--root", root, "kill", "--all", cid, "KILL"], check=False)
-            run(["runc", "--root", root, "delete", "--force", cid], check=False)
+            log(f"cleanup: {rt} sandbox container {cid} was left; removing it")
+            run([rt, "--root", root, "kill", "--all", cid, "KILL"], check=False)
+            run([rt, "--root", root, "delete", "--force", cid], check=False)
             for base in glob.glob("/sys/fs/cgroup/*/sandboxer") + ["/sys/fs/cgroup/sandboxer"]:
                 try:
                     os.rmdir(os.path.join(base, cid))
@@ -639,6 +673,8 @@ def machine_info(binary):
         "cgroup": cg,
         "runc": runc_v.splitlines()[0] if runc_v and runc_v != "?" else "?",
         "podman": out(["podman", "--version"]) if shutil.which("podman") else "not installed",
+        "runsc": (out(["runsc", "--version"]).splitlines() or ["?"])[0]
+        if shutil.which("runsc") else "not installed",
         # the commit of the tree the binary was built in (bench/ itself may be uncommitted)
         "sandboxer": out(["git", "-C", os.path.dirname(os.path.realpath(binary)), "describe",
                           "--always", "--dirty"]) or "?",

@@ -56,6 +56,9 @@ struct serve_opts {
     uint64_t idle_timeout;
     const char *agent;
     const char *runtime;
+    const char *runc;
+    const char *runsc;
+    const char *runsc_platform;
     const char *storage_driver;
     const char *subnet;
     const char *bridge;
@@ -133,7 +136,15 @@ static const struct opt_def {
     {"agent", "SANDBOXER_AGENT", "", OPT_STR, offsetof(struct serve_opts, agent),
      "sandboxer-agent binary (default: found beside this binary)"},
     {"runtime", "SANDBOXER_RUNTIME", "runc", OPT_STR, offsetof(struct serve_opts, runtime),
-     "OCI runtime binary"},
+     "the runtime of a sandbox that does not ask: runc, or runsc (gVisor)"},
+    {"runc", "SANDBOXER_RUNC", "runc", OPT_STR, offsetof(struct serve_opts, runc),
+     "the runc binary"},
+    {"runsc", "SANDBOXER_RUNSC", "runsc", OPT_STR, offsetof(struct serve_opts, runsc),
+     "the runsc (gVisor) binary"},
+    {"runsc-platform", "SANDBOXER_RUNSC_PLATFORM", "auto", OPT_STR,
+     offsetof(struct serve_opts, runsc_platform),
+     "gVisor's platform: auto (kvm if it runs here, else ptrace), ptrace or kvm (probed at start, "
+     "falling back to ptrace)"},
     {"storage-driver", "SANDBOXER_STORAGE_DRIVER", "auto", OPT_STR,
      offsetof(struct serve_opts, storage_driver),
      "auto (btrfs when the state dir is on btrfs), overlay or btrfs"},
@@ -467,6 +478,12 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-cpus: 0.01 to 256");
     if (strcmp(o->default_network, "none") != 0 && strcmp(o->default_network, "open") != 0)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--default-network: none or open");
+    if (strcmp(o->runtime, "runc") != 0 && strcmp(o->runtime, "runsc") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_option", "--runtime: runc or runsc");
+    if (strcmp(o->runsc_platform, "auto") != 0 && strcmp(o->runsc_platform, "ptrace") != 0 &&
+        strcmp(o->runsc_platform, "kvm") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_option",
+                       "--runsc-platform: auto, ptrace or kvm");
     if (strcmp(o->cgroup_favordynmods, "on") != 0 && strcmp(o->cgroup_favordynmods, "off") != 0)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--cgroup-favordynmods: on or off");
     if (strcmp(o->cgroup_favordynmods, "on") == 0)
@@ -486,6 +503,9 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         .agent_bin = d->agent,
         .self_exe = d->self,
         .runtime = o->runtime,
+        .runc_bin = o->runc,
+        .runsc_bin = o->runsc,
+        .runsc_platform = o->runsc_platform,
         .templates_dir = none_to_null(o->templates_dir),
         .storage_driver = o->storage_driver,
         .net = d->net,

@@ -65,7 +65,62 @@ static int check_peer(int fd, pid_t expected_pid, err_t *err)
     return 0;
 }
 
-int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err)
+/* Equal without a timing difference in where they differ. */
+static bool consttime_eq(const uint8_t *a, const char *b, size_t n)
+{
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= a[i] ^ (unsigned char)b[i];
+    return d == 0;
+}
+
+static int impostor(err_t *err)
+{
+    return err_set(err, ERR_BAD_GATEWAY, 0, "agent_impostor",
+                   "the sandbox's agent socket is served by something other than the sandbox's "
+                   "agent (something in the sandbox replaced it); the daemon refuses to use it");
+}
+
+/* Read exactly n bytes before deadline, never more: what follows belongs to the caller's
+ * reader (the console sends its replay right behind AUTH_OK). */
+static int read_exact(int fd, uint8_t *p, size_t n, double deadline)
+{
+    while (n > 0) {
+        int left = (int)(deadline - now_mono_ms());
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&pfd, 1, left) <= 0)
+            return -1;
+        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* AUTH → AUTH_OK carrying token, compared in constant time. */
+static int check_token(int fd, const char *token, int timeout_ms, err_t *err)
+{
+    double deadline = now_mono_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
+    size_t n = strlen(token);
+    uint8_t hdr[AGENT_HEADER_LEN], got[AGENT_TOKEN_LEN];
+    err_t e = {0};
+    struct agent_frame f;
+    size_t used;
+    if (n != sizeof(got) || agentc_send(fd, AGENT_AUTH, NULL, 0, &e) < 0 ||
+        read_exact(fd, hdr, sizeof(hdr), deadline) < 0 ||
+        agent_frame_parse(hdr, sizeof(hdr), &f, &used) != AGENT_PARSE_INCOMPLETE ||
+        hdr[4] != AGENT_AUTH_OK ||
+        ((uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3]) != n ||
+        read_exact(fd, got, n, deadline) < 0 || !consttime_eq(got, token, n))
+        return impostor(err);
+    return 0;
+}
+
+int agentc_connect(int dirfd, const char *name, const struct agentc_peer *peer, int timeout_ms,
+                   err_t *err)
 {
     struct stat st;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -87,7 +142,9 @@ int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return unavailable(err, errno, "connect");
     set_send_timeout(fd, 0);
-    if (check_peer(fd, expected_pid, err) < 0)
+    if (peer && check_peer(fd, peer->pid, err) < 0)
+        return -1;
+    if (peer && peer->token && check_token(fd, peer->token, timeout_ms, err) < 0)
         return -1;
     return steal_fd(&fd);
 }
@@ -121,7 +178,8 @@ void agentc_closep(int *fd)
 }
 
 /* One PING/PONG exchange on a new connection. */
-static int ping_once(int dirfd, const char *name, pid_t pid, double deadline, err_t *err)
+static int ping_once(int dirfd, const char *name, const struct agentc_peer *pid, double deadline,
+                     err_t *err)
 {
     int left = (int)(deadline - now_mono_ms()) + 1;
     _cleanup_agentc_ int fd = agentc_connect(dirfd, name, pid, left, err);
@@ -140,7 +198,8 @@ static int ping_once(int dirfd, const char *name, pid_t pid, double deadline, er
     return rc;
 }
 
-int agentc_wait_ready(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err)
+int agentc_wait_ready(int dirfd, const char *name, const struct agentc_peer *expected_pid,
+                      int timeout_ms, err_t *err)
 {
     double deadline = now_mono_ms() + timeout_ms;
     long sleep_us = 1000;

@@ -22,13 +22,27 @@
 /* --- connecting ------------------------------------------------------------------------- */
 
 /*
+ * Who may serve a sandbox's agent sockets. pid: the host pid SO_PEERCRED must name (runc: the
+ * container's init; runsc: its gofer, which listens for every process of the sandbox; <= 0
+ * skips the check). token: when set, the agent must also prove itself: the connection starts
+ * with AUTH, answered by AUTH_OK carrying this token (the agent read it from its stdin at
+ * boot and answers only peers outside its sandbox, see docs/security.md).
+ */
+struct agentc_peer {
+    pid_t pid;
+    const char *token;
+};
+
+/*
  * Connect to the agent socket `name` (one path component) in the directory dirfd (opened by
  * the caller with O_DIRECTORY|O_NOFOLLOW), without following any link the sandbox may have
  * planted: O_PATH|O_NOFOLLOW, must be a socket, connected through /proc/self/fd/N. Then the
- * listening peer must be expected_pid (the container init's host pid; <= 0 skips the check).
+ * listening peer must be peer->pid, and answer AUTH with peer->token when one is set (NULL
+ * peer: no check, for tests).
  * Returns a connected, blocking, O_CLOEXEC socket, or -1 with ERR_RUNTIME "agent_unavailable".
  */
-int agentc_connect(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err);
+int agentc_connect(int dirfd, const char *name, const struct agentc_peer *peer, int timeout_ms,
+                   err_t *err);
 
 /*
  * Close a connection to the agent and wait (at most 2 s) until the agent's side has closed
@@ -45,7 +59,8 @@ void agentc_closep(int *fd);
  * Poll until the agent answers a PING (right after the container starts): retries every
  * millisecond at first, backing off to 10 ms. -1 with "agent_unavailable" after timeout_ms.
  */
-int agentc_wait_ready(int dirfd, const char *name, pid_t expected_pid, int timeout_ms, err_t *err);
+int agentc_wait_ready(int dirfd, const char *name, const struct agentc_peer *peer, int timeout_ms,
+                      err_t *err);
 
 /* --- frames ----------------------------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "api_internal.h"
@@ -182,6 +183,8 @@ int h_proxy_begin(api_req_t *r, err_t *err)
     r->ctx_free = proxy_free;
     if ((p->fd = upstream_connect(t.ip, t.port, 5000, err)) < 0)
         return -1;
+    if (t.abortive_close) /* what the sandbox's end must not keep: TIME_WAIT, see sbx_target */
+        setsockopt(p->fd, SOL_SOCKET, SO_LINGER, &(struct linger){1, 0}, sizeof(struct linger));
     buf_t head = {0};
     request_head(r, path, p, &head);
     int rc = upstream_write(p->fd, head.data, head.len, err);

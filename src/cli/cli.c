@@ -64,9 +64,11 @@ static const struct cli_verb verbs[] = {
                 "  --net-raw        keep CAP_NET_RAW (raw sockets: tcpdump, arping); ping\n"
                 "                   works without it\n"
                 "  --setuid         let setuid programs (sudo) gain privileges; templates'\n"
-                "                   sandboxes have it already\n",
+                "                   sandboxes have it already\n"
+                "  --runtime NAME   runc, or runsc (gVisor: docs/runsc.md); default: the\n"
+                "                   daemon's --runtime\n",
         .opts = "+label=,interactive,env=,hostname=,cpus=,memory=,pids=,disk=,public,port=,"
-                "snapshot=,network=,allow=,net-raw,template=,setuid",
+                "snapshot=,network=,allow=,net-raw,template=,setuid,runtime=",
         .min_args = 0,
         .fixed_args = 1, /* IMAGE, when given, does not end the options */
         .max_args = -1,

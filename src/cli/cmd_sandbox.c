@@ -190,8 +190,8 @@ static void put_flags(json_t *body, const cli_args_t *args)
 /* Options that shape a sandbox made from an image; one made from a snapshot takes its
  * process, environment and limits from the snapshot, so they would be silently ignored. */
 static const char *const image_only_opts[] = {
-    "interactive", "env",     "cpus",  "memory",  "pids",   "disk",    "public",
-    "port",        "network", "allow", "net-raw", "setuid", "template"};
+    "interactive", "env",     "cpus",  "memory",  "pids",   "disk",     "public",
+    "port",        "network", "allow", "net-raw", "setuid", "template", "runtime"};
 
 /* --snapshot NAME: {"snapshot", "label"?, "hostname"?}. */
 static int snapshot_body(const cli_args_t *args, const char *snapshot, json_t *body, err_t *err)
@@ -233,6 +233,7 @@ static int create_body(const cli_args_t *args, json_t *body, err_t *err)
         (tpl && cli_put_str(body, "template", tpl, "", err) < 0) ||
         cli_put_str(body, "label", cli_opt_str(args, "label"), "", err) < 0 ||
         cli_put_str(body, "hostname", cli_opt_str(args, "hostname"), "", err) < 0 ||
+        cli_put_str(body, "runtime", cli_opt_str(args, "runtime"), "", err) < 0 ||
         cli_put_positive(body, "cpus", cli_opt_str(args, "cpus"), "create",
                          "a positive number, like 0.5 or 2", err) < 0 ||
         put_size(body, "memory", cli_opt_str(args, "memory"), err) < 0 ||

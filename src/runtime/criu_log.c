@@ -133,7 +133,7 @@ static void dump_error(FILE *f, const char *id, char *error, size_t esize, long 
     }
 }
 
-int runtime_checkpoint_explain(const char *work_dir, const char *id, err_t *err)
+int runtime_criu_checkpoint_explain(const char *work_dir, const char *id, err_t *err)
 {
     _cleanup_free_ char *path = xasprintf("%s/dump.log", work_dir);
     FILE *f = fopen(path, "re");

@@ -60,6 +60,7 @@ struct spec_opts {
     uint64_t memory;        /* bytes */
     int64_t pids;           /* max tasks */
     bool net_raw;           /* keep CAP_NET_RAW (raw and packet sockets) */
+    bool agent_auth;        /* the agent reads its token from stdin (--auth-stdin) */
     bool setuid;            /* no noNewPrivileges: setuid binaries (sudo) work */
 };
 
@@ -85,55 +86,105 @@ bool runtime_seccomp_x32(void);
 
 /* How the daemon runs containers. */
 struct runtime_config {
-    const char *runtime;  /* "runc" (path or name) */
-    const char *root;     /* runc --root */
-    const char *self_exe; /* the sandboxer binary, to start the shim */
+    const char *runc;           /* runc binary (path or name) */
+    const char *runsc;          /* runsc (gVisor) binary (path or name) */
+    const char *state_dir;      /* each runtime's --root is <state_dir>/<its name> */
+    const char *self_exe;       /* the sandboxer binary, to start the shim */
+    const char *runsc_platform; /* "auto", "ptrace" or "kvm" */
+    const char *agent_bin;      /* sandboxer-agent, for runsc's platform probe */
 };
 
-/* Set the runtime configuration (once, at start-up). */
+/* Set the runtime configuration (once, at start-up; probes runsc's platform, bounded). */
 void runtime_configure(const struct runtime_config *cfg);
+
+/*
+ * One OCI runtime behind a table of operations (src/runtime/runtime_internal.h): runc + CRIU
+ * and runsc (gVisor). The sandbox layer holds a runtime_t per sandbox and asks what it can do
+ * only through runtime_can.
+ */
+typedef struct runtime runtime_t;
+
+/* What a runtime can do, or needs from the lifecycle. */
+enum runtime_cap {
+    /* A checkpoint keeps memory and processes (fork, hibernate, snapshots keep them). */
+    RUNTIME_KEEPS_MEMORY = 1u << 0,
+    /* A checkpoint can leave the container running; without it a fork stops the source,
+     * checkpoints it and restores it again. */
+    RUNTIME_LIVE_CHECKPOINT = 1u << 1,
+    /* The agent must let go of its host sockets before a checkpoint (QUIESCE) and listen
+     * again after it (runtime_agent_resume). */
+    RUNTIME_AGENT_QUIESCE = 1u << 2,
+    /* The runtime takes the sandbox's address off its interface: give it back before each
+     * start or restore. */
+    RUNTIME_NET_REAPPLY = 1u << 3,
+    /* The agent's sockets are served by a host process that every process of the sandbox
+     * shares (gVisor's gofer): the agent proves itself with a token (AUTH). */
+    RUNTIME_AGENT_TOKEN = 1u << 4,
+};
+
+/* The runtime called name ("runc", "runsc"), or NULL. */
+const runtime_t *runtime_find(const char *name);
+/* Its name. */
+const char *runtime_name(const runtime_t *rt);
+/* True if rt has every capability in caps (this host's answer included). */
+bool runtime_can(const runtime_t *rt, unsigned caps);
+/* 0 if sandboxes can run with rt on this host; else ERR_INVALID "unsupported" saying why. */
+int runtime_usable(const runtime_t *rt, err_t *err);
+/* Wait for the start-up probes (bounded), so that none outlives the daemon's stop. */
+void runtime_wait_probes(void);
+/* What the runsc platform probe chose ("ptrace", "kvm") and why, for logs and doctor. */
+const char *runtime_runsc_platform(const char **why);
 
 /* Paths the shim uses for one sandbox. */
 struct shim_paths {
     const char *id;
     const char *bundle;  /* holds config.json and rootfs/ */
-    const char *run_dir; /* host-only: shim.pid, init.pid, exit */
+    const char *run_dir; /* host-only: shim.pid, init.pid, exit (and agent.token) */
     const char *log_dir; /* main.log (+ main.log.1) */
     uint64_t log_max;    /* bytes per log file before rotation */
     const char *restore; /* a checkpoint image dir to restore from instead of a fresh run */
 };
 
 /*
- * Start the shim for a sandbox (it runs `runc run` and outlives the daemon), wait until the
+ * Start the shim for a sandbox (it runs the runtime and outlives the daemon), wait until the
  * container's init pid is known. Returns the shim pid; *init_pid gets the container's.
  */
-pid_t runtime_start(const struct shim_paths *p, int timeout_ms, pid_t *init_pid, err_t *err);
+pid_t runtime_start(const runtime_t *rt, const struct shim_paths *p, int timeout_ms,
+                    pid_t *init_pid, err_t *err);
 
-/* Send a signal to the container's processes (runc kill [--all]). */
-int runtime_kill(const char *id, int sig, bool all, err_t *err);
-/* Forget a container (runc delete --force); fine if it is already gone. */
-int runtime_delete(const char *id, err_t *err);
-/* Container state from runc ("running", "stopped", "paused", …) into out; ERR_NOT_FOUND if none. */
-int runtime_state(const char *id, char *out, size_t size, pid_t *pid, err_t *err);
-/* Freeze or thaw the container (runc pause/resume). */
-int runtime_pause(const char *id, bool pause, err_t *err);
+/* Send a signal to the container's processes (kill [--all]). */
+int runtime_kill(const runtime_t *rt, const char *id, int sig, bool all, err_t *err);
+/* Forget a container (delete --force, and what the runtime leaves: cgroups); fine if gone. */
+int runtime_delete(const runtime_t *rt, const char *id, err_t *err);
+/* Container state ("running", "stopped", "paused", …) into out; ERR_NOT_FOUND if none. */
+int runtime_state(const runtime_t *rt, const char *id, char *out, size_t size, pid_t *pid,
+                  err_t *err);
+/* Freeze or thaw the container (pause/resume). */
+int runtime_pause(const runtime_t *rt, const char *id, bool pause, err_t *err);
 /*
- * Checkpoint the container with CRIU into image_dir (work_dir gets CRIU's log). With
- * leave_running the container goes on afterwards; without, it ends.
+ * Checkpoint the container into image_dir (work_dir gets the log). With leave_running the
+ * container goes on afterwards (RUNTIME_LIVE_CHECKPOINT only); without, it ends.
  */
-int runtime_checkpoint(const char *id, const char *image_dir, const char *work_dir,
-                       bool leave_running, err_t *err);
+int runtime_checkpoint(const runtime_t *rt, const char *id, const char *image_dir,
+                       const char *work_dir, bool leave_running, err_t *err);
 /* Replace the host paths of the daemon's state (those naming sandboxer, and /proc/...) in a
  * message from runc or CRIU by "...": its owner may read it, the host's layout stays ours. */
 void runtime_scrub_paths(char *s);
 /*
- * After a failed runtime_checkpoint with work_dir: read CRIU's dump.log there, log its errors,
- * and when CRIU says why, turn err into ERR_CONFLICT "checkpoint_failed" naming the process
- * and the cause in the user's terms (sandbox pids, no host paths). Returns -1.
+ * After a failed runtime_checkpoint with work_dir: read the runtime's log there, log its
+ * errors, and when it says why, turn err into ERR_CONFLICT "checkpoint_failed" naming the
+ * process and the cause in the user's terms (sandbox pids, no host paths). Returns -1.
  */
-int runtime_checkpoint_explain(const char *work_dir, const char *id, err_t *err);
+int runtime_checkpoint_explain(const runtime_t *rt, const char *work_dir, const char *id,
+                               err_t *err);
 /* After a restore: give the restored tree its own hostname (it comes back with the source's). */
-int runtime_after_restore(pid_t init_pid, const char *hostname, err_t *err);
+int runtime_after_restore(const runtime_t *rt, const char *id, pid_t init_pid, const char *hostname,
+                          err_t *err);
+/* The host pid that SO_PEERCRED names for the agent's sockets (runc: the init; runsc: the
+ * container's gofer), or -1 if it cannot be found. */
+pid_t runtime_agent_peer(const runtime_t *rt, const char *bundle, pid_t init_pid);
+/* After a restore of a RUNTIME_AGENT_QUIESCE runtime: tell the agent to listen again. */
+int runtime_agent_resume(const runtime_t *rt, const char *id, err_t *err);
 /* True if CRIU works here (`criu check`), tested once. */
 bool runtime_criu_available(void);
 

@@ -1,7 +1,7 @@
 /*
  * `sandboxer internal-shim`: one per sandbox, started detached by the daemon. It runs
- * `runc run` in the foreground with the container's stdout/stderr on pipes it reads, writes
- * the main process's output to a size-capped, rotated log, and records the exit status when
+ * `runc run` (or runsc's) in the foreground with the container's stdout/stderr on pipes it reads,
+ * writes the main process's output to a size-capped, rotated log, and records the exit status when
  * the container ends. It outlives daemon restarts, so sandboxes and their logs do too.
  */
 #include <errno.h>
@@ -12,16 +12,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/proc.h"
 #include "common/util.h"
 #include "runtime.h"
 
+#define SHIM_GLOBALS_MAX 16
+
 struct shim {
-    const char *id, *bundle, *run_dir, *log_dir, *runtime, *root, *restore;
+    const char *id, *bundle, *run_dir, *log_dir, *runtime, *root, *restore, *flavor;
+    const char *globals[SHIM_GLOBALS_MAX + 1]; /* the runtime's options before the verb */
+    size_t nglobals;
     uint64_t log_max;
     int run_fd, log_fd;
     uint64_t log_size;
@@ -115,26 +122,138 @@ static bool pump(struct shim *s, int fd, bool is_err)
     return true;
 }
 
+/*
+ * runsc (this build) refuses --network=sandbox in any netns on kernels >= 6.11: it takes a
+ * netns for the host's own when /proc/sys/net/... shows a file only the root netns had before
+ * (gVisor issue 10704). In a mount namespace of the shim's own, /proc/sys becomes a tmpfs with
+ * only kernel, vm and fs bound back: the check passes, and runsc sees the sysctls it reads.
+ */
+static int hide_proc_sys_net(void)
+{
+    static const char *const keep[] = {"kernel", "vm", "fs"};
+    int fds[3];
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+        return -1;
+    for (size_t i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/sys/%s", keep[i]);
+        fds[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fds[i] < 0)
+            return -1;
+    }
+    if (mount("tmpfs", "/proc/sys", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=555") < 0)
+        return -1;
+    for (size_t i = 0; i < 3; i++) {
+        char path[64], src[64];
+        snprintf(path, sizeof(path), "/proc/sys/%s", keep[i]);
+        snprintf(src, sizeof(src), "/proc/self/fd/%d", fds[i]);
+        if (mkdir(path, 0555) < 0 || mount(src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+            return -1;
+        close(fds[i]);
+    }
+    return 0;
+}
+
+/*
+ * The container's stdin: /dev/null, or for an agent that proves itself with a token (runsc) a
+ * pipe holding run/agent.token, which only the agent (PID 1) reads, at its start.
+ */
+static int container_stdin(struct shim *s)
+{
+    char token[128];
+    if (s->restore || !read_small_file(s->run_fd, "agent.token", token, sizeof(token)))
+        return open("/dev/null", O_RDONLY);
+    int p[2];
+    if (pipe(p) < 0)
+        return open("/dev/null", O_RDONLY);
+    size_t n = strlen(token);
+    token[n++] = '\n';
+    (void)!write(p[1], token, n); /* a pipe holds far more than a token */
+    close(p[1]);
+    return p[0];
+}
+
+/*
+ * runsc's own process stays in the shim's mount namespace for the container's life, and that
+ * namespace began as a copy of the host's: a copy of every other sandbox's overlay root and
+ * netns file would stay mounted there after the host unmounted the original (its overlay then
+ * refuses a new mount of the same upper dir, EBUSY; its netns would never go). Only this
+ * sandbox's root is kept (and its netns file, under the state dir's netns/).
+ */
+static void detach_other_sandboxes(const struct shim *s)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return;
+    _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->bundle);
+    char line[4096], mp[2048], type[64];
+    char *points[4096];
+    size_t n = 0;
+    while (fgets(line, sizeof(line), f) && n < ARRAY_SIZE(points)) {
+        const char *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*s %*s %*s %*s %2047s", mp) != 1 ||
+            sscanf(dash + 3, "%63s", type) != 1)
+            continue;
+        bool other_root = strcmp(type, "overlay") == 0 && strcmp(mp, rootfs) != 0;
+        bool other_netns = strcmp(type, "nsfs") == 0 && !strstr(mp, s->id);
+        if (other_root || other_netns)
+            points[n++] = strdup(mp);
+    }
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        umount2(points[i], MNT_DETACH);
+        free(points[i]);
+    }
+}
+
 static pid_t start_runc(struct shim *s, int out_w, int err_w)
 {
     _cleanup_free_ char *pidfile = xasprintf("%s/init.pid", s->run_dir);
     _cleanup_free_ char *runclog = xasprintf("%s/runc.log", s->run_dir);
+    bool runsc = s->flavor && strcmp(s->flavor, "runsc") == 0;
     pid_t pid = fork();
     if (pid != 0)
         return pid;
-    int devnull = open("/dev/null", O_RDONLY);
-    dup2(devnull, 0);
+    int in = container_stdin(s);
+    dup2(in, 0);
     dup2(out_w, 1);
     dup2(err_w, 2);
-    if (s->restore) {
-        /* CRIU's own log goes next to its images' work dir: the run dir. */
-        execlp(s->runtime, s->runtime, "--root", s->root, "--log", runclog, "restore",
-               "--image-path", s->restore, "--work-path", s->run_dir, "--file-locks", "--bundle",
-               s->bundle, "--pid-file", pidfile, s->id, (char *)NULL);
-    } else {
-        execlp(s->runtime, s->runtime, "--root", s->root, "--log", runclog, "run", "--bundle",
-               s->bundle, "--pid-file", pidfile, s->id, (char *)NULL);
+    if (runsc && hide_proc_sys_net() < 0) {
+        fprintf(stderr, "cannot hide /proc/sys/net from runsc: %s\n", strerror(errno));
+        _exit(127);
     }
+    if (runsc)
+        detach_other_sandboxes(s);
+    const char *argv[SHIM_GLOBALS_MAX + 24];
+    size_t n = 0;
+    argv[n++] = s->runtime;
+    for (size_t i = 0; i < s->nglobals; i++)
+        argv[n++] = s->globals[i];
+    if (s->nglobals == 0) {
+        argv[n++] = "--root";
+        argv[n++] = s->root;
+    }
+    argv[n++] = "--log";
+    argv[n++] = runclog;
+    if (s->restore) {
+        argv[n++] = "restore";
+        argv[n++] = "--image-path";
+        argv[n++] = s->restore;
+        if (!runsc) { /* CRIU's own log goes next to its images' work dir: the run dir */
+            argv[n++] = "--work-path";
+            argv[n++] = s->run_dir;
+            argv[n++] = "--file-locks";
+        }
+    } else {
+        argv[n++] = "run";
+    }
+    argv[n++] = "--bundle";
+    argv[n++] = s->bundle;
+    argv[n++] = "--pid-file";
+    argv[n++] = pidfile;
+    argv[n++] = s->id;
+    argv[n] = NULL;
+    execvp(s->runtime, (char *const *)argv);
     fprintf(stderr, "cannot run %s: %s\n", s->runtime, strerror(errno));
     _exit(127);
 }
@@ -144,7 +263,8 @@ static int parse_args(int argc, char **argv, struct shim *s)
     static const struct option opts[] = {
         {"id", 1, 0, 'i'},      {"bundle", 1, 0, 'b'},  {"run-dir", 1, 0, 'r'},
         {"log-dir", 1, 0, 'l'}, {"log-max", 1, 0, 'm'}, {"runtime", 1, 0, 't'},
-        {"root", 1, 0, 'R'},    {"restore", 1, 0, 'x'}, {0, 0, 0, 0},
+        {"root", 1, 0, 'R'},    {"restore", 1, 0, 'x'}, {"flavor", 1, 0, 'f'},
+        {"global", 1, 0, 'g'},  {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -172,6 +292,14 @@ static int parse_args(int argc, char **argv, struct shim *s)
             break;
         case 'x':
             s->restore = optarg;
+            break;
+        case 'f':
+            s->flavor = optarg;
+            break;
+        case 'g':
+            if (s->nglobals >= SHIM_GLOBALS_MAX)
+                return -1;
+            s->globals[s->nglobals++] = optarg;
             break;
         default:
             return -1;
@@ -205,7 +333,8 @@ int shim_main(int argc, char **argv)
     struct shim s = {.log_max = 16 << 20, .runtime = "runc", .root = "/run/sandboxer/runc"};
     if (parse_args(argc, argv, &s) < 0) {
         fprintf(stderr, "usage: sandboxer internal-shim --id ID --bundle DIR --run-dir DIR "
-                        "--log-dir DIR [--log-max N] [--runtime PATH] [--root DIR]\n");
+                        "--log-dir DIR [--log-max N] [--runtime PATH] [--root DIR]\n"
+                        "       [--flavor runc|runsc] [--global ARG]... [--restore DIR]\n");
         return 2;
     }
     s.run_fd = open(s.run_dir, O_DIRECTORY | O_CLOEXEC);

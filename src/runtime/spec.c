@@ -117,6 +117,8 @@ static json_t *process(const struct spec_opts *o)
         json_array_append_new(args, json_string("--user"));
         json_array_append_new(args, json_string(o->user));
     }
+    if (o->agent_auth)
+        json_array_append_new(args, json_string("--auth-stdin"));
     if (o->tty && json_array_size(o->args) > 0)
         json_array_append_new(args, json_string("--tty"));
     json_array_append_new(args, json_string("--"));

@@ -69,6 +69,26 @@ int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *e
     return storage_mount_overlay(dirs, n, p->upper, p->work, p->rootfs, err);
 }
 
+const runtime_t *sbx_runtime(const sandbox_rec_t *r)
+{
+    const runtime_t *rt = runtime_find(r->runtime);
+    return rt ? rt : runtime_find("runc");
+}
+
+const runtime_t *sbx_runtime_of(sbx_mgr_t *m, const char *id)
+{
+    struct sbx_live *l = sbx_live_get(m, id, false);
+    const runtime_t *rt = l ? l->rt : NULL;
+    if (l)
+        sbx_live_put(m, l);
+    sandbox_rec_t r;
+    if (!rt && store_sandbox_get(m->store, -1, id, &r, NULL) == 0) {
+        rt = sbx_runtime(&r);
+        store_sandbox_rec_clear(&r);
+    }
+    return rt ? rt : runtime_find("runc");
+}
+
 int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
                   err_t *err)
 {
@@ -107,6 +127,7 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
         .memory = (uint64_t)json_integer_value(json_object_get(res, "memory")),
         .pids = json_integer_value(json_object_get(res, "pids")),
         .net_raw = json_is_true(json_object_get(r->spec, "net_raw")),
+        .agent_auth = json_string_value(json_object_get(r->spec, "agent_token")) != NULL,
         .setuid = json_is_true(json_object_get(r->spec, "setuid")),
     };
     json_t *spec _cleanup_json_ = NULL;
@@ -118,16 +139,31 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
     return 0;
 }
 
+/* Wait (bounded) for the shim of id to end, if we know it. */
+static void wait_shim(sbx_mgr_t *m, const char *id, int timeout_ms)
+{
+    struct sbx_live *l = sbx_live_get(m, id, false);
+    if (!l)
+        return;
+    int fd = l->shim_pid > 0 ? proc_pidfd_open(l->shim_pid) : -1;
+    if (fd >= 0) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        poll(&pfd, 1, timeout_ms);
+        close(fd);
+    }
+    sbx_live_put(m, l);
+}
+
 /* Forget what an earlier run of the container left in its run dir. */
 static void clear_run_dir(int run_fd)
 {
-    const char *names[] = {"init.pid", "exit", "shim.pid", "runc.err"};
+    const char *names[] = {"init.pid", "exit", "shim.pid", "runc.err", "agent.token"};
     for (size_t i = 0; i < ARRAY_SIZE(names); i++)
         unlinkat(run_fd, names[i], 0);
 }
 
 /* True once the shim recorded the container's end (waits up to a second for it). */
-static bool wait_exit_file(int run_fd)
+bool sbx_wait_exit_file(int run_fd)
 {
     for (int i = 0; i < 200; i++) {
         if (faccessat(run_fd, "exit", F_OK, 0) == 0)
@@ -147,19 +183,29 @@ int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const 
     if (dirfd < 0 || run_fd < 0)
         return err_sys(err, "open the sandbox's dirs");
     clear_run_dir(run_fd);
+    /* The token reaches the agent through its stdin (the shim feeds it), never a file the
+     * sandbox sees; the run dir is the host's only. */
+    if (l->token[0] && !restore && write_file(p->run, "agent.token", l->token, err) < 0)
+        return -1;
     struct shim_paths sp = {l->id, p->bundle, p->run, p->logs, m->cfg.log_max, restore};
     sbx_unwatch(m, l); /* a new shim replaces the one of an earlier run */
-    l->shim_pid = runtime_start(&sp, START_TIMEOUT_MS, &l->init_pid, err);
+    l->shim_pid = runtime_start(l->rt, &sp, START_TIMEOUT_MS, &l->init_pid, err);
+    unlinkat(run_fd, "agent.token", 0);
     if (l->shim_pid <= 0 || sbx_watch(m, l, err) < 0)
         return -1;
+    l->peer.pid = runtime_agent_peer(l->rt, p->bundle, l->init_pid);
+    l->peer.token = l->token[0] ? l->token : NULL;
     /* A restored main process may end at once (e.g. on a connection that came back closed). */
-    if (restore && runtime_after_restore(l->init_pid, hostname, err) < 0)
-        return wait_exit_file(run_fd) ? 1 : -1;
+    if (restore && runtime_after_restore(l->rt, l->id, l->init_pid, hostname, err) < 0)
+        return sbx_wait_exit_file(run_fd) ? 1 : -1;
+    if (restore && runtime_can(l->rt, RUNTIME_AGENT_QUIESCE) &&
+        runtime_agent_resume(l->rt, l->id, err) < 0)
+        return sbx_wait_exit_file(run_fd) ? 1 : -1;
     double deadline = now_mono_ms() + START_TIMEOUT_MS;
     /* Until the agent answers, or the main process has already finished (hello-world). */
     while (now_mono_ms() < deadline) {
         err_t e = {0};
-        if (agentc_wait_ready(dirfd, "agent.sock", l->init_pid, 50, &e) == 0)
+        if (agentc_wait_ready(dirfd, "agent.sock", &l->peer, 50, &e) == 0)
             return 0;
         if (faccessat(run_fd, "exit", F_OK, 0) == 0)
             return 1;
@@ -168,9 +214,29 @@ int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const 
     return err_prefix(err, "the sandbox's agent did not answer");
 }
 
+/* What the live entry needs to know of r before it boots: its runtime and agent token. */
+static void live_from_record(struct sbx_live *l, const sandbox_rec_t *r)
+{
+    const char *token = json_string_value(json_object_get(r->spec, "agent_token"));
+    l->rt = sbx_runtime(r);
+    snprintf(l->token, sizeof(l->token), "%s", token ? token : "");
+}
+
+/* The runtime took the address off the interface when it last ran (runsc): give it back. */
+static int reapply_net(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                       const struct sbx_paths *p, err_t *err)
+{
+    if (!runtime_can(l->rt, RUNTIME_NET_REAPPLY) || !r->ip_address[0])
+        return 0;
+    return sbx_net_setup(m, r, p, r->ip_address, err);
+}
+
 int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const struct sbx_paths *p,
               const char *restore, err_t *err)
 {
+    live_from_record(l, r);
+    if (reapply_net(m, l, r, p, err) < 0)
+        return -1;
     if (sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, err) < 0)
         return -1;
     return sbx_boot(m, l, p, restore, r->hostname, err);
@@ -179,34 +245,21 @@ int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const st
 int sbx_start_cold_after(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
                          const struct sbx_paths *p, err_t *err)
 {
-    /* What a failed restore left: runc's record of the container, a shim that ended. */
+    /* What a failed restore left: the runtime's record of the container, a shim that ended. */
     err_t e = {0};
-    runtime_kill(r->id, SIGKILL, true, &e);
-    runtime_delete(r->id, &e);
+    runtime_kill(sbx_runtime(r), r->id, SIGKILL, true, &e);
+    wait_shim(m, r->id, 10000);
+    runtime_delete(sbx_runtime(r), r->id, &e);
     return sbx_start(m, l, r, p, NULL, err);
-}
-
-/* Wait (bounded) for the shim of id to end, if we know it. */
-static void wait_shim(sbx_mgr_t *m, const char *id, int timeout_ms)
-{
-    struct sbx_live *l = sbx_live_get(m, id, false);
-    if (!l)
-        return;
-    int fd = l->shim_pid > 0 ? proc_pidfd_open(l->shim_pid) : -1;
-    if (fd >= 0) {
-        struct pollfd pfd = {fd, POLLIN, 0};
-        poll(&pfd, 1, timeout_ms);
-        close(fd);
-    }
-    sbx_live_put(m, l);
 }
 
 int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
 {
     err_t e = {0};
-    runtime_kill(id, SIGKILL, true, &e); /* fails harmlessly when nothing runs */
+    const runtime_t *rt = sbx_runtime_of(m, id);
+    runtime_kill(rt, id, SIGKILL, true, &e); /* fails harmlessly when nothing runs */
     wait_shim(m, id, 10000);
-    int rc = runtime_delete(id, err);
+    int rc = runtime_delete(rt, id, err);
     struct sbx_paths p;
     sbx_paths_init(m, id, &p);
     if (rc == 0)
@@ -236,23 +289,132 @@ int sbx_recorded_exit(sbx_mgr_t *m, const char *id)
     return code;
 }
 
+int sbx_quiesce_agent(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err)
+{
+    if (!runtime_can(l->rt, RUNTIME_AGENT_QUIESCE))
+        return 0;
+    int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0)
+        return err_sys(err, "open the sandbox's socket dir");
+    _cleanup_agentc_ int fd = agentc_connect(dirfd, AGENT_PROCS_SOCKET, &l->peer, 5000, err);
+    if (fd < 0)
+        return -1;
+    agentc_reader_t r;
+    struct agent_frame f;
+    agentc_reader_init(&r);
+    int rc = agentc_send(fd, AGENT_QUIESCE, NULL, 0, err);
+    if (rc == 0)
+        rc = agentc_read_frame(fd, &r, &f, now_mono_ms() + 5000, err);
+    json_t *ans _cleanup_json_ = rc == 0 && f.type == AGENT_QUIESCED
+                                     ? json_loadb((const char *)f.payload, f.len, 0, NULL)
+                                     : NULL;
+    agentc_reader_free(&r);
+    if (rc < 0)
+        return -1;
+    if (!json_is_object(ans))
+        return err_set(err, ERR_RUNTIME, 0, "agent_protocol", "the agent did not quiesce");
+    if (json_is_true(json_object_get(ans, "ok")))
+        return 0;
+    const char *why = json_string_value(json_object_get(ans, "reason"));
+    return err_set(err, ERR_CONFLICT, 0, "checkpoint_failed",
+                   "the sandbox cannot be checkpointed under gVisor: %.300s",
+                   why ? why : "the agent said no");
+}
+
+int sbx_resume_agent(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err)
+{
+    if (!runtime_can(l->rt, RUNTIME_AGENT_QUIESCE))
+        return 0;
+    int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0)
+        return err_sys(err, "open the sandbox's socket dir");
+    if (runtime_agent_resume(l->rt, l->id, err) < 0)
+        return -1;
+    return agentc_wait_ready(dirfd, "agent.sock", &l->peer, 5000, err);
+}
+
+int sbx_checkpoint_stop(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                        const struct sbx_paths *p, const char *dir, const char *work_dir,
+                        err_t *err)
+{
+    if (sbx_quiesce_agent(m, l, p, err) < 0)
+        return -1; /* nothing was let go of: it runs on as it was */
+    if (runtime_checkpoint(l->rt, r->id, dir, work_dir, false, err) == 0)
+        return 0;
+    runtime_checkpoint_explain(l->rt, work_dir, r->id, err);
+    if (!runtime_can(l->rt, RUNTIME_AGENT_QUIESCE))
+        return -1; /* CRIU lets a tree it could not dump run on */
+    /* gVisor kills a container whose checkpoint it refuses: listen again if it runs, else
+     * start it again from its files, and say that its memory is gone. */
+    char state[32] = "";
+    err_t e = {0};
+    if (runtime_state(l->rt, r->id, state, sizeof(state), NULL, &e) == 0 &&
+        strcmp(state, "running") == 0 && sbx_resume_agent(m, l, p, &e) == 0)
+        return -1;
+    log_warn("sandbox.checkpoint_killed", "sandbox=%s msg=\"%s\" fallback=cold", r->id, err->msg);
+    sbx_note(m, r->id, "checkpoint",
+             "the runtime ended the sandbox when its checkpoint failed; "
+             "it started again from its files (its memory is lost)");
+    sbx_start_cold_after(m, l, r, p, &e);
+    return -1;
+}
+
+/* Capture for a runtime that checkpoints only by stopping the container (runsc): quiesce,
+ * checkpoint (it ends), clone the layer, then restore the source from the same images. */
+static int capture_stopping(sbx_mgr_t *m, const sandbox_rec_t *src, const struct sbx_capture *c,
+                            const char *fault, err_t *err)
+{
+    struct sbx_live *l = sbx_live_get(m, src->id, true);
+    const runtime_t *rt = sbx_runtime(src);
+    struct sbx_paths sp;
+    sbx_paths_init(m, src->id, &sp);
+    bool was_paused = src->status == SBX_PAUSED;
+    int rc = was_paused ? runtime_pause(rt, src->id, false, err) : 0;
+    if (rc == 0)
+        rc = sbx_checkpoint_stop(m, l, src, &sp, c->ckpt_dir, c->work_dir, err);
+    if (rc == 0) {
+        sbx_fault_point(fault);
+        rc = storage_layer_clone(m->driver, sp.layer, c->layer, c->quota, err);
+        /* The source comes back from its own images (memory and all), the clone's failure
+         * or not. */
+        err_t e = {0};
+        wait_shim(m, src->id, 10000);
+        runtime_delete(rt, src->id, &e);
+        if (reapply_net(m, l, src, &sp, &e) < 0 || sbx_boot(m, l, &sp, c->ckpt_dir, NULL, &e) < 0) {
+            log_warn("sandbox.restore_failed", "sandbox=%s msg=\"%s\" fallback=cold", src->id,
+                     e.msg);
+            sbx_note(m, src->id, "restore", e.msg);
+            sbx_start_cold_after(m, l, src, &sp, &e);
+        }
+    }
+    err_t e = {0};
+    if (was_paused)
+        runtime_pause(rt, src->id, true, &e);
+    sbx_paths_free(&sp);
+    sbx_live_put(m, l);
+    return rc;
+}
+
 int sbx_capture(sbx_mgr_t *m, const sandbox_rec_t *src, const struct sbx_capture *c,
                 const char *fault, err_t *err)
 {
+    const runtime_t *rt = sbx_runtime(src);
+    if (c->ckpt_dir && !runtime_can(rt, RUNTIME_LIVE_CHECKPOINT))
+        return capture_stopping(m, src, c, fault, err);
     bool was_paused = src->status == SBX_PAUSED;
     struct sbx_paths sp;
     sbx_paths_init(m, src->id, &sp);
     int rc = 0;
     if (!was_paused)
-        rc = runtime_pause(src->id, true, err);
+        rc = runtime_pause(rt, src->id, true, err);
     if (rc == 0 && c->ckpt_dir)
-        rc = runtime_checkpoint(src->id, c->ckpt_dir, c->work_dir, true, err);
+        rc = runtime_checkpoint(rt, src->id, c->ckpt_dir, c->work_dir, true, err);
     if (rc == 0) {
         sbx_fault_point(fault);
         rc = storage_layer_clone(m->driver, sp.layer, c->layer, c->quota, err);
     }
     err_t e = {0};
-    if (!was_paused && runtime_pause(src->id, false, &e) < 0 && rc == 0) {
+    if (!was_paused && runtime_pause(rt, src->id, false, &e) < 0 && rc == 0) {
         *err = e;
         rc = -1;
     }

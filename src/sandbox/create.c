@@ -137,7 +137,7 @@ static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t
 }
 
 static void fill_record(sandbox_rec_t *r, const user_t *owner, const struct sbx_create_req *q,
-                        const char *ref)
+                        const char *ref, const runtime_t *rt)
 {
     memset(r, 0, sizeof(*r));
     id_random_hex(r->id, 32);
@@ -153,7 +153,7 @@ static void fill_record(sandbox_rec_t *r, const user_t *owner, const struct sbx_
     r->created_at = r->last_active_at = now_unix();
     r->is_public = q->is_public == 1;
     r->interactive = q->interactive == 1;
-    snprintf(r->runtime, sizeof(r->runtime), "runc");
+    snprintf(r->runtime, sizeof(r->runtime), "%s", runtime_name(rt));
 }
 
 /* True if q asks nothing a pooled sandbox (started with the defaults) could not give. */
@@ -239,6 +239,11 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
                        "disk limits need the daemon's state dir on btrfs, or on a filesystem "
                        "that enforces project quotas (ext4 mounted with prjquota, xfs with "
                        "pquota); this daemon's has neither");
+    const runtime_t *rt = runtime_find(q->runtime ? q->runtime : m->cfg.runtime);
+    if (!rt)
+        return err_set(err, ERR_INVALID, 0, "invalid_field", "unknown runtime");
+    if (runtime_usable(rt, err) < 0)
+        return -1;
     char ref[512];
     image_t *img = NULL;
     if (sbx_quota_check_request(m, owner, q, err) < 0 ||
@@ -246,10 +251,15 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
         image_ensure_for(m->images, ref, owner->is_admin, &img, err) < 0)
         return -1;
     sandbox_rec_t r;
-    fill_record(&r, owner, q, img->ref);
+    fill_record(&r, owner, q, img->ref, rt);
     json_t *env = merged_env(img->config, q->env, r.hostname, proxy ? m : NULL);
     json_t *argv = main_argv(img->config, q->args);
     r.spec = make_spec(q, m, img, env, argv);
+    if (runtime_can(rt, RUNTIME_AGENT_TOKEN)) { /* forks and snapshots keep it: same memory */
+        char token[AGENT_TOKEN_LEN + 1];
+        id_random_hex(token, AGENT_TOKEN_LEN / 2);
+        json_object_set_new(r.spec, "agent_token", json_string(token));
+    }
     json_decref(env);
     json_decref(argv);
     struct sbx_paths p;

@@ -73,7 +73,7 @@ static int run_agent_exec(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_exe
 {
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int fd = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
+    int fd = agentc_connect(dirfd, "agent.sock", &l->peer, 5000, err);
     if (fd < 0)
         return -1;
     _cleanup_free_ const char **argv = json_strv_borrow(q->argv);
@@ -155,6 +155,24 @@ void sbx_use_end(sbx_mgr_t *m, struct sbx_live *l)
     sbx_live_put(m, l);
 }
 
+/* An exec whose agent went away because the whole sandbox ended (its main process exited, or
+ * under gVisor a limit ended it) is a conflict with the sandbox's state, not a server fault. */
+static int explain_lost_agent(sbx_mgr_t *m, const char *id, err_t *err)
+{
+    if (strcmp(err->code, "agent_unavailable") != 0)
+        return -1;
+    struct sbx_paths p;
+    sbx_paths_init(m, id, &p);
+    int run_fd _cleanup_close_ = open(p.run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    sbx_paths_free(&p);
+    if (run_fd < 0 || !sbx_wait_exit_file(run_fd))
+        return -1;
+    log_warn("sandbox.exec_lost", "sandbox=%s msg=\"%s\"", id, err->msg);
+    return err_set(err, ERR_CONFLICT, 0, "sandbox_not_running",
+                   "the sandbox ended while the command ran (its main process exited, or the "
+                   "sandbox went past a limit)");
+}
+
 int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sbx_exec_req *q,
              sbx_output_fn sink, void *ctx, struct sbx_exec_result *res, err_t *err)
 {
@@ -167,6 +185,8 @@ int sbx_exec(sbx_mgr_t *m, const user_t *owner, const char *key, const struct sb
     if (rc == 0) {
         res->execution_id = c.eid;
         rc = run_agent_exec(m, l, q, &c, err);
+        if (rc < 0)
+            explain_lost_agent(m, r.id, err);
         store_exec_end(m->store, c.eid, rc == 0 ? res->exit_code : -1, NULL);
         if (res->stdout_truncated || res->stderr_truncated)
             store_exec_set_truncated(m->store, c.eid, NULL);
@@ -256,6 +276,7 @@ int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int po
     if (sbx_exec_check(m, &owner, out->id, err) < 0 || sbx_lookup(m, &owner, out->id, &r, err) < 0)
         return -1;
     snprintf(out->ip, sizeof(out->ip), "%s", r.ip_address);
+    out->abortive_close = runtime_can(sbx_runtime(&r), RUNTIME_AGENT_QUIESCE);
     store_sandbox_touch(m->store, r.id);
     store_sandbox_rec_clear(&r);
     out->port = port > 0 ? port : dflt > 0 ? dflt : sbx_listening_port(m, &owner, out->id);

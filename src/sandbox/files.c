@@ -30,7 +30,7 @@ static sbx_files_t *files_open(sbx_mgr_t *m, const user_t *owner, const char *ke
     store_sandbox_rec_clear(&r);
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", m->sandboxes_dir, l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int fd = agentc_connect(dirfd, "agent.sock", l->init_pid, 5000, err);
+    int fd = agentc_connect(dirfd, "agent.sock", &l->peer, 5000, err);
     if (fd < 0) {
         sbx_use_end(m, l);
         return NULL;

@@ -28,7 +28,7 @@
 /* A new record for a clone of spec/image, child of parent_id (or a root). */
 static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *spec,
                          const char *image, const char *parent_id, const char *label,
-                         const char *hostname)
+                         const char *hostname, const char *runtime)
 {
     memset(r, 0, sizeof(*r));
     id_random_hex(r->id, 32);
@@ -43,8 +43,10 @@ static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *sp
         snprintf(r->hostname, sizeof(r->hostname), "%s", hostname);
     snprintf(r->parent_id, sizeof(r->parent_id), "%s", parent_id ? parent_id : "");
     r->created_at = r->last_active_at = now_unix();
-    snprintf(r->runtime, sizeof(r->runtime), "runc");
+    snprintf(r->runtime, sizeof(r->runtime), "%s", runtime && *runtime ? runtime : "runc");
     r->spec = json_deep_copy(spec);
+    json_object_del(r->spec, "runtime");       /* a snapshot's, now the column */
+    json_object_del(r->spec, "memory_reason"); /* a snapshot's: why it kept no memory */
     /* The console goes along with the processes (the spec says whether there is one). */
     r->interactive = json_is_true(json_object_get(spec, "interactive"));
 }
@@ -86,14 +88,16 @@ static void undo_clone(sbx_mgr_t *m, const char *id)
     sbx_live_remove(m, id);
 }
 
-/* The JSON answer for a new clone: its object plus memory_preserved. */
-static json_t *clone_json(sbx_mgr_t *m, const char *id, bool memory)
+/* The JSON answer for a new clone: its object plus memory_preserved (and why not). */
+static json_t *clone_json(sbx_mgr_t *m, const char *id, bool memory, const char *reason)
 {
     sandbox_rec_t r;
     if (store_sandbox_get(m->store, -1, id, &r, NULL) < 0)
         return json_pack("{s:s}", "id", id);
     json_t *j = sbx_to_json(m, &r);
     json_object_set_new(j, "memory_preserved", json_boolean(memory));
+    if (!memory && reason)
+        json_object_set_new(j, "reason", json_string(reason));
     store_sandbox_rec_clear(&r);
     return j;
 }
@@ -122,9 +126,10 @@ static int capture_parent(sbx_mgr_t *m, struct sbx_change *pc, const sandbox_rec
     if (sbx_capture(m, &pc->rec, &cap, "fork.after_checkpoint", err) == 0)
         return 0;
     /* The parent goes on as it was (CRIU lets a tree it could not dump run on, and capture
-     * thawed what it froze); say why in the user's terms, keep CRIU's log in ours. */
-    if (ckpt)
-        runtime_checkpoint_explain(cp->run, pc->rec.id, err);
+     * thawed what it froze); say why in the user's terms, keep CRIU's log in ours. A runtime
+     * that stops to checkpoint explained it already. */
+    if (ckpt && runtime_can(sbx_runtime(&pc->rec), RUNTIME_LIVE_CHECKPOINT))
+        runtime_checkpoint_explain(sbx_runtime(&pc->rec), cp->run, pc->rec.id, err);
     return -1;
 }
 
@@ -150,16 +155,30 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
     struct sbx_change pc;
     if (begin_on_running(m, owner, key, SBX_OP_FORK, &pc, err) < 0)
         return -1;
-    bool memory = runtime_criu_available();
+    const runtime_t *rt = sbx_runtime(&pc.rec);
+    bool memory = runtime_can(rt, RUNTIME_KEEPS_MEMORY);
+    char reason[600] = "";
+    if (!memory)
+        snprintf(reason, sizeof(reason), "runtime %s cannot checkpoint on this host",
+                 runtime_name(rt));
     sandbox_rec_t child;
     struct sbx_paths cp = {0};
     clone_record(&child, owner, pc.rec.spec, pc.rec.image, pc.rec.id, label ? label : pc.rec.label,
-                 hostname);
+                 hostname, pc.rec.runtime);
     sbx_paths_init(m, child.id, &cp);
     const char *ckpt = memory ? cp.fork_ckpt : NULL;
     int rc = prepare_child(m, owner, &child, &cp, ckpt, err);
     if (rc == 0)
         rc = capture_parent(m, &pc, &child, &cp, ckpt, err);
+    /* gVisor refuses some sandboxes' checkpoints (a connected TCP endpoint, a console): the
+     * fork goes on with the files alone and says why. */
+    if (rc < 0 && ckpt && !runtime_can(rt, RUNTIME_LIVE_CHECKPOINT) &&
+        strcmp(err->code, "checkpoint_failed") == 0) {
+        snprintf(reason, sizeof(reason), "%s", err->msg);
+        memory = false;
+        ckpt = NULL;
+        rc = capture_parent(m, &pc, &child, &cp, NULL, err);
+    }
     char parent_id[65];
     snprintf(parent_id, sizeof(parent_id), "%s", pc.id);
     sbx_change_end(&pc); /* the parent runs on while its child starts */
@@ -176,7 +195,7 @@ int sbx_fork(sbx_mgr_t *m, const user_t *owner, const char *key, const char *lab
     } else {
         log_info("sandbox.forked", "parent=%s child=%s memory_preserved=%d", parent_id, child.id,
                  memory);
-        *out = clone_json(m, child.id, memory);
+        *out = clone_json(m, child.id, memory, reason);
         sbx_event(m, owner->id, parent_id, "forked",
                   json_pack("{s:s, s:b}", "child_id", child.id, "memory_preserved", memory));
         sbx_event(m, owner->id, child.id, "created",
@@ -209,9 +228,13 @@ static bool snapshot_name_valid(const char *s)
 
 static json_t *snapshot_json(const snapshot_rec_t *s)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:b, s:f}", "id", s->id, "name", s->name, "source_id",
-                     s->source_id, "image", s->image, "memory_preserved", s->memory_preserved,
-                     "created_at", s->created_at);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b, s:f}", "id", s->id, "name", s->name,
+                          "source_id", s->source_id, "image", s->image, "memory_preserved",
+                          s->memory_preserved, "created_at", s->created_at);
+    json_t *reason = json_object_get(s->spec, "memory_reason");
+    if (!s->memory_preserved && json_is_string(reason))
+        json_object_set(j, "reason", reason);
+    return j;
 }
 
 int sbx_snapshot_create(sbx_mgr_t *m, const user_t *owner, const char *key, const char *name,
@@ -242,7 +265,13 @@ int sbx_snapshot_take(sbx_mgr_t *m, const user_t *owner, const char *key, const 
     snprintf(snap.image, sizeof(snap.image), "%s", c.rec.image);
     snap.spec = json_deep_copy(c.rec.spec);
     json_object_del(snap.spec, "last_error");
-    snap.memory_preserved = runtime_criu_available();
+    json_object_set_new(snap.spec, "runtime", json_string(c.rec.runtime));
+    const runtime_t *rt = sbx_runtime(&c.rec);
+    snap.memory_preserved = runtime_can(rt, RUNTIME_KEEPS_MEMORY);
+    if (!snap.memory_preserved)
+        json_object_set_new(
+            snap.spec, "memory_reason",
+            json_sprintf("runtime %s cannot checkpoint on this host", runtime_name(rt)));
     _cleanup_free_ char *dir = snapshot_dir(m, snap.id);
     _cleanup_free_ char *ckpt = xasprintf("%s/checkpoint", dir);
     _cleanup_free_ char *layer = xasprintf("%s/layer", dir);
@@ -252,8 +281,17 @@ int sbx_snapshot_take(sbx_mgr_t *m, const user_t *owner, const char *key, const 
     if (rc == 0) {
         struct sbx_capture cap = {snap.memory_preserved ? ckpt : NULL, layer, dir, 0};
         rc = sbx_capture(m, &c.rec, &cap, "snapshot.after_checkpoint", err);
-        if (rc < 0 && snap.memory_preserved)
-            runtime_checkpoint_explain(dir, c.rec.id, err);
+        if (rc < 0 && snap.memory_preserved && runtime_can(rt, RUNTIME_LIVE_CHECKPOINT))
+            runtime_checkpoint_explain(rt, dir, c.rec.id, err);
+        if (rc < 0 && snap.memory_preserved && !runtime_can(rt, RUNTIME_LIVE_CHECKPOINT) &&
+            strcmp(err->code, "checkpoint_failed") == 0) {
+            /* gVisor refused it: a snapshot of the files alone, which says so */
+            log_warn("sandbox.snapshot_files_only", "sandbox=%s msg=\"%s\"", c.rec.id, err->msg);
+            snap.memory_preserved = false;
+            json_object_set_new(snap.spec, "memory_reason", json_string(err->msg));
+            cap.ckpt_dir = NULL;
+            rc = sbx_capture(m, &c.rec, &cap, "snapshot.after_checkpoint", err);
+        }
     }
     sbx_change_end(&c);
     /* Files first, row last: a crash leaves only a directory that start-up removes. */
@@ -277,7 +315,9 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
     _cleanup_free_ char *ckpt = xasprintf("%s/checkpoint", dir);
     _cleanup_free_ char *layer = xasprintf("%s/layer", dir);
     sandbox_rec_t r;
-    clone_record(&r, owner, snap.spec, snap.image, NULL, label ? label : snap.name, hostname);
+    const char *runtime = json_string_value(json_object_get(snap.spec, "runtime"));
+    clone_record(&r, owner, snap.spec, snap.image, NULL, label ? label : snap.name, hostname,
+                 runtime);
     struct sbx_paths p;
     sbx_paths_init(m, r.id, &p);
     int rc = sbx_quota_insert(m, owner, &r, false, err);
@@ -295,7 +335,7 @@ int sbx_snapshot_start(sbx_mgr_t *m, const user_t *owner, const char *name, cons
     if (rc < 0) {
         undo_clone(m, r.id);
     } else {
-        *out = clone_json(m, r.id, memory);
+        *out = clone_json(m, r.id, memory, NULL);
         json_t *ev = json_pack("{s:s, s:s, s:b}", "image", r.image, "snapshot", name,
                                "memory_preserved", memory);
         if (!memory && snap.memory_preserved)

@@ -37,7 +37,7 @@ int sbx_pause(sbx_mgr_t *m, const user_t *owner, const char *key, bool pause, js
     sandbox_status_t to = pause ? SBX_PAUSED : SBX_RUNNING;
     bool changed = rc == 0;
     rc = 0;
-    if (changed && (rc = runtime_pause(c.id, pause, err)) == 0)
+    if (changed && (rc = runtime_pause(sbx_runtime(&c.rec), c.id, pause, err)) == 0)
         rc = sbx_change_commit(&c, to, err);
     if (rc == 0)
         *out = status_json(m, &c.rec, to, changed ? (pause ? "paused" : "unpaused") : NULL, NULL);
@@ -67,17 +67,19 @@ static char *ckpt_dir(sbx_mgr_t *m, const char *id, bool kept)
 /* Checkpoint c's sandbox to disk and release its container (the change holds the lock). */
 static int hibernate_locked(sbx_mgr_t *m, struct sbx_change *c, err_t *err)
 {
-    if (!runtime_criu_available())
+    if (!runtime_can(sbx_runtime(&c->rec), RUNTIME_KEEPS_MEMORY))
         return err_set(err, ERR_CONFLICT, 0, "unsupported",
-                       "hibernation needs CRIU, which does not work on this host");
+                       "hibernation needs checkpoints (CRIU, or runsc), which do not work on "
+                       "this host");
     _cleanup_free_ char *dir = ckpt_dir(m, c->id, false);
     _cleanup_free_ char *kept = ckpt_dir(m, c->id, true);
     struct sbx_paths p;
     sbx_paths_init(m, c->id, &p);
     storage_remove_tree(dir, NULL);
     int rc = mkdir_p(dir, 0700) ? 0 : err_sys(err, "create %s", dir);
-    if (rc == 0 && runtime_checkpoint(c->id, dir, p.run, false, err) < 0)
-        rc = runtime_checkpoint_explain(p.run, c->id, err);
+    c->l->rt = sbx_runtime(&c->rec);
+    if (rc == 0)
+        rc = sbx_checkpoint_stop(m, c->l, &c->rec, &p, dir, p.run, err);
     if (rc == 0) {
         /* The images are complete: from here on a crash still ends hibernated. */
         touch_marker(p.run, true);

@@ -275,7 +275,18 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
     }
     log_info("storage.ready", "driver=%s disk_quotas=%s", storage_driver_name(m->driver),
              storage_quota_name(m->quota));
-    runtime_configure(&(struct runtime_config){cfg->runtime, m->runc_root, cfg->self_exe});
+    _cleanup_free_ char *agent = xasprintf("%s/sandboxer-agent", m->agent_dir);
+    runtime_configure(&(struct runtime_config){
+        cfg->runc_bin ? cfg->runc_bin : "runc", cfg->runsc_bin ? cfg->runsc_bin : "runsc",
+        cfg->state_dir, cfg->self_exe, cfg->runsc_platform, agent});
+    const runtime_t *def = runtime_find(cfg->runtime ? cfg->runtime : "runc");
+    if (!def || runtime_usable(def, err) < 0) {
+        if (!def)
+            err_set(err, ERR_INVALID, 0, "invalid_option", "--runtime: \"runc\" or \"runsc\"");
+        err_prefix(err, "--runtime %s", cfg->runtime);
+        sbx_close(m);
+        return NULL;
+    }
     if (pthread_create(&m->watcher, NULL, watcher, m) != 0) {
         err_sys(err, "start the exit watcher");
         sbx_close(m);
@@ -295,6 +306,7 @@ void sbx_close(sbx_mgr_t *m)
         return;
     sbx_templates_stop(m);
     sbx_reaper_stop(m);
+    runtime_wait_probes();
     if (m->watching) {
         uint64_t one = 1;
         (void)!write(m->wake_fd, &one, sizeof(one));

@@ -38,7 +38,7 @@ static int connect_procs(struct pcall *c, err_t *err)
 {
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", c->m->sandboxes_dir, c->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    c->fd = agentc_connect(dirfd, AGENT_PROCS_SOCKET, c->l->init_pid, CONNECT_MS, err);
+    c->fd = agentc_connect(dirfd, AGENT_PROCS_SOCKET, &c->l->peer, CONNECT_MS, err);
     if (c->fd < 0 && err && err->errnum == ENOENT)
         return err_set(err, ERR_CONFLICT, 0, "unsupported",
                        "this sandbox's agent predates background processes (a daemon upgrade "

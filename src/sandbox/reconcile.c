@@ -53,16 +53,23 @@ static bool adopt(sbx_mgr_t *m, sandbox_rec_t *r)
     if (shim <= 0)
         return false;
     struct sbx_live *l = sbx_live_get(m, r->id, true);
+    const char *token = json_string_value(json_object_get(r->spec, "agent_token"));
     l->shim_pid = shim;
     l->init_pid = init_pid;
+    l->rt = sbx_runtime(r);
+    snprintf(l->token, sizeof(l->token), "%s", token ? token : "");
+    l->peer.token = l->token[0] ? l->token : NULL;
+    _cleanup_free_ char *bundle = xasprintf("%s/%s/bundle", m->sandboxes_dir, r->id);
+    l->peer.pid = runtime_agent_peer(l->rt, bundle, init_pid);
     if (sbx_watch(m, l, &err) < 0)
         log_warn("reconcile.watch_failed", "sandbox=%s", r->id);
     sbx_live_put(m, l);
     char state[32] = "";
     /* A fork or snapshot freezes its source for a moment: a crash then leaves it frozen. */
-    if (r->status == SBX_RUNNING && runtime_state(r->id, state, sizeof(state), NULL, &err) == 0 &&
+    if (r->status == SBX_RUNNING &&
+        runtime_state(sbx_runtime(r), r->id, state, sizeof(state), NULL, &err) == 0 &&
         strcmp(state, "paused") == 0)
-        runtime_pause(r->id, false, &err);
+        runtime_pause(sbx_runtime(r), r->id, false, &err);
     sandbox_status_t status = r->status == SBX_PAUSED ? SBX_PAUSED : SBX_RUNNING;
     store_sandbox_set_status(m->store, r->id, status, SBX_INTENT_NONE, false, 0, &err);
     log_info("reconcile.running", "sandbox=%s", r->id);

@@ -179,9 +179,9 @@ int sbx_create_req_decode(json_t *body, struct sbx_create_req *q, err_t *err)
                        "field 'network' must be \"none\", \"open\" or \"proxy\"");
     if (check_egress_allow(q, err) < 0)
         return -1;
-    if (q->runtime && strcmp(q->runtime, "runc") != 0)
-        return err_set(err, ERR_INVALID, 0, "unsupported",
-                       "runtime '%s' is not available on this daemon (use \"runc\")", q->runtime);
+    if (q->runtime && strcmp(q->runtime, "runc") != 0 && strcmp(q->runtime, "runsc") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       "field 'runtime' must be \"runc\" or \"runsc\"");
     return 0;
 }
 

@@ -19,7 +19,10 @@ struct sbx_config {
     const char *state_dir;
     const char *agent_bin;       /* sandboxer-agent to copy into the state dir */
     const char *self_exe;        /* the sandboxer binary (for the shim) */
-    const char *runtime;         /* "runc" */
+    const char *runtime;         /* the runtime of a sandbox that does not ask: "runc", "runsc" */
+    const char *runc_bin;        /* runc (path or name) */
+    const char *runsc_bin;       /* runsc (path or name) */
+    const char *runsc_platform;  /* "auto", "ptrace" or "kvm" */
     const char *templates_dir;   /* the built-in templates' OCI layouts (NULL: none) */
     const char *storage_driver;  /* "auto", "overlay" or "btrfs" */
     struct net *net;             /* the network layer (bridge, netns, rules) */
@@ -273,6 +276,9 @@ struct sbx_target {
     char id[65];
     char ip[48];
     int port;
+    /* End the connection with a reset, never a FIN: no TCP endpoint of the sandbox is left
+     * closing (TIME_WAIT), which its runtime could not checkpoint (gVisor). */
+    bool abortive_close;
 };
 /*
  * The sandbox key's address and port for the proxy: the caller's own sandbox, or anyone's

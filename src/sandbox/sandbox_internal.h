@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "agentc/agent_client.h"
+#include "runtime/runtime.h"
 #include "sandbox.h"
 #include "storage/storage.h"
 #include "store/store_sandboxes.h"
@@ -19,8 +21,11 @@ struct sbx_live {
     pid_t init_pid;
     int shim_pidfd;
     atomic_int execs;
-    atomic_int changing; /* lifecycle changes waiting for the write lock: followers of
-                            background output let go of the read lock for them */
+    atomic_int changing;             /* lifecycle changes waiting for the write lock: followers of
+                                        background output let go of the read lock for them */
+    const runtime_t *rt;             /* its runtime, known once it booted or was found running */
+    struct agentc_peer peer;         /* who may serve its agent sockets (sbx_boot sets it) */
+    char token[AGENT_TOKEN_LEN + 1]; /* the agent's token (RUNTIME_AGENT_TOKEN), else "" */
     int refs;
     struct sbx_live *next;
 };
@@ -58,6 +63,11 @@ struct sbx_mgr {
     struct sbx_pool *pool;
     int64_t pool_uid; /* the hidden user owning pooled sandboxes (pool.c) */
 };
+
+/* The runtime of r (runc when its name is unknown). */
+const runtime_t *sbx_runtime(const sandbox_rec_t *r);
+/* The runtime of sandbox id: its live entry's, else its record's, else runc. */
+const runtime_t *sbx_runtime_of(sbx_mgr_t *m, const char *id);
 
 /* Paths of one sandbox, all under <state>/sandboxes/<id>/. */
 struct sbx_paths {
@@ -193,6 +203,8 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
  * restore) and wait until its agent answers: 0, or 1 if the main process already ended (its
  * exit is recorded), -1 on failure. hostname is set again after a restore.
  */
+/* True once the shim has written run_fd's "exit" (the container ended), waiting up to 1 s. */
+bool sbx_wait_exit_file(int run_fd);
 int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
              const char *hostname, err_t *err);
 /* Mount r's root, write its bundle and boot it (from restore, or fresh when NULL). */
@@ -205,6 +217,26 @@ int sbx_start_cold_after(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *
 int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err);
 /* The exit code the shim of id recorded, or -1 if it recorded none. */
 int sbx_recorded_exit(sbx_mgr_t *m, const char *id);
+
+/*
+ * Before a checkpoint of a RUNTIME_AGENT_QUIESCE runtime: ask l's agent to let go of its host
+ * sockets. 0: done (runtime_agent_resume undoes it); ERR_CONFLICT "checkpoint_failed" with
+ * the reason when the sandbox holds what the runtime cannot checkpoint (nothing was closed).
+ * A no-op for other runtimes.
+ */
+int sbx_quiesce_agent(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err);
+/* After sbx_quiesce_agent, when no checkpoint followed or after a restore: listen again and
+ * wait for the agent to answer. */
+int sbx_resume_agent(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, err_t *err);
+
+/*
+ * Checkpoint l's sandbox r into dir, ending its container (hibernation; runsc's fork and
+ * snapshot): the agent quiesced first where the runtime needs it. On failure it runs on: as it
+ * was where the runtime allows, else started again from its files (last_error says so).
+ */
+int sbx_checkpoint_stop(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                        const struct sbx_paths *p, const char *dir, const char *work_dir,
+                        err_t *err);
 
 /* Where the source of a clone is captured. */
 struct sbx_capture {

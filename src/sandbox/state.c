@@ -121,7 +121,7 @@ int sbx_change_begin(sbx_mgr_t *m, const user_t *owner, const char *key, enum sb
     /* A delete ends the execs that hold the lock for reading by ending the container. */
     if (table[op].preempt && hint.status != SBX_TERMINATED) {
         err_t ignored = {0};
-        runtime_kill(c->id, SIGKILL, true, &ignored);
+        runtime_kill(sbx_runtime(&hint), c->id, SIGKILL, true, &ignored);
     }
     store_sandbox_rec_clear(&hint);
     sbx_barrier("change.before_lock");

@@ -68,8 +68,7 @@ static int connect_agent(sbx_term_t *t, bool attach, err_t *err)
 {
     _cleanup_free_ char *sock = xasprintf("%s/%s/sock", t->m->sandboxes_dir, t->l->id);
     int dirfd _cleanup_close_ = open(sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    t->fd =
-        agentc_connect(dirfd, attach ? "console.sock" : "agent.sock", t->l->init_pid, 5000, err);
+    t->fd = agentc_connect(dirfd, attach ? "console.sock" : "agent.sock", &t->l->peer, 5000, err);
     if (t->fd < 0 && attach && (!err || strcmp(err->code, "agent_impostor") != 0))
         return err_set(err, ERR_CONFLICT, 0, "no_console",
                        "the sandbox's main process has no console (it has ended)");

@@ -34,6 +34,16 @@ def test_cli_sandbox_lifecycle(sbx_daemon, sbx):
     assert sid[:12] in run(d, "ls", "--all").stdout
 
 
+def test_cli_create_on_runsc(sbx_daemon, sbx):
+    d = sbx_daemon
+    sid = run(d, "create", "busybox", "--runtime", "runsc").stdout.strip()
+    sbx.created.append(sid)
+    assert json.loads(run(d, "inspect", sid).stdout)["runtime"] == "runsc"
+    assert "gVisor" in run(d, "exec", sid, "--", "dmesg").stdout
+    p = run(d, "create", "--snapshot", "s", "--runtime", "runsc", check=False)
+    assert p.returncode == 2 and "--runtime does not go with --snapshot" in p.stderr, p.stderr
+
+
 def test_cli_logs_of_hello_world(sbx_daemon, sbx):
     d = sbx_daemon
     sid = run(d, "create", "hello-world").stdout.strip()

@@ -77,6 +77,7 @@ def get_via(host, path="/x", port=PORT):
     return f"GET http://{host}:{port}{path} HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_a_proxy_sandbox_reaches_its_allowed_hosts_only(sbx_daemon, sbx, outside):
     gw = gateway(sbx_daemon)
     s = sbx.create("busybox", network="proxy", egress_allow=[outside, "*.example.test"])
@@ -99,6 +100,20 @@ def test_a_proxy_sandbox_reaches_its_allowed_hosts_only(sbx_daemon, sbx, outside
     # and never directly
     out = sbx.sh(sid, f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {outside} {PORT} 2>&1;"
                       " echo rc=$?")["stdout"]
+    assert "seen:" not in out, out
+
+
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
+def test_open_reaches_the_outside_directly_and_none_does_not(sbx, outside):
+    """network "open" is NAT: the outside sees the host's address on its link; "none" (the
+    daemon's default) lets nothing out, neither directly nor through the egress proxy."""
+    op = sbx.create("busybox", network="open")["id"]
+    no = sbx.create("busybox")
+    assert no["network"] == "none"
+    direct = "printf 'GET /{} HTTP/1.0\\r\\n\\r\\n' | nc -w {} {} {} 2>&1; echo rc=$?"
+    out = sbx.sh(op, direct.format("open", 5, outside, PORT))["stdout"]
+    assert f"seen: GET /open HTTP/1.0 from {OUT_HOST}" in out, out
+    out = sbx.sh(no["id"], direct.format("none", 2, outside, PORT))["stdout"]
     assert "seen:" not in out, out
 
 

@@ -3,6 +3,7 @@ import json
 import threading
 
 import httpx
+import pytest
 
 from test_fork import fork
 
@@ -32,6 +33,7 @@ def read_events(c, n, headers=None, timeout=30, params=None):
     return out
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_events_arrive_in_order_and_resume(sbx, sbx_user):
     bob = sbx_user("bob")
     bob.create("busybox")  # another owner's events never show

@@ -1,5 +1,6 @@
 """The files API: inside the sandbox, through its agent, streamed both ways."""
 import hashlib
+import pytest
 import json
 import os
 import threading
@@ -9,6 +10,7 @@ import httpx
 
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_put_get_delete_round_trip(sbx):
     sid = sbx.create("busybox")["id"]
     data = os.urandom(300_000)
@@ -47,6 +49,7 @@ def test_range_requests(sbx):
     assert r.headers["content-range"] == f"bytes */{len(data)}"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_multipart_upload_of_several_files(sbx):
     sid = sbx.create("busybox")["id"]
     files = [("files", ("one.txt", b"first file\n")), ("files", ("two.bin", os.urandom(70000))),
@@ -99,6 +102,7 @@ def test_symlink_to_etc_hostname_reads_the_sandboxs_file(sbx):
         assert f.read() != r.text
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_dotdot_cannot_leave_the_root(sbx):
     sid = sbx.create("busybox")["id"]
     sbx.put(f"/sandboxes/{sid}/files/tmp/x.txt", content=b"mine")

@@ -73,6 +73,7 @@ def fork(c, sid, expect=201, **body):
     return r.json()
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_fork_keeps_process_memory_and_diverges(sbx):
     parent = server_sandbox(sbx)["id"]
     before = ask(sbx, parent, "set 41")
@@ -167,6 +168,7 @@ def cgroup_memory(sid):
     return 0  # no cgroup at all: nothing is held
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_hibernate_frees_memory_and_wake_resumes_the_counter(sbx):
     sid = server_sandbox(sbx)["id"]
     ask(sbx, sid, "set 7")
@@ -186,6 +188,7 @@ def test_hibernate_frees_memory_and_wake_resumes_the_counter(sbx):
     assert before["ticks"] <= after["ticks"] < before["ticks"] + 150, (before, after)
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_exec_wakes_a_hibernated_sandbox(sbx):
     sid = sbx.create("busybox")["id"]
     sbx.sh(sid, "echo kept > /tmp/f")
@@ -195,6 +198,7 @@ def test_exec_wakes_a_hibernated_sandbox(sbx):
     assert sbx.get(f"/sandboxes/{sid}").json()["status"] == "running"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_pause_blocks_exec_and_a_paused_sandbox_forks(sbx):
     sid = sbx.create("busybox")["id"]
     assert sbx.put(f"/sandboxes/{sid}/pause").json() == {"id": sid, "status": "paused"}
@@ -207,6 +211,7 @@ def test_pause_blocks_exec_and_a_paused_sandbox_forks(sbx):
     assert sbx.sh(sid, "echo back")["stdout"] == "back\n"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_snapshot_starts_sandboxes_with_its_memory(sbx):
     src = server_sandbox(sbx, data_mb=8)["id"]
     ask(sbx, src, "set 777")
@@ -382,16 +387,26 @@ def counters(c, sid):
     return int(n), int(reconnects)
 
 
-def test_fork_with_an_established_connection(sbx):
+def test_fork_with_an_established_connection(sbx_rt, runtime):
     """Open connections do not block a fork: the parent's stays up, and the child's copy of a
     connection between two of its own processes (both ends on loopback) goes on too, without
-    a reconnect (CRIU patch 0006; a connection to a peer outside comes back closed)."""
+    a reconnect (CRIU patch 0006; a connection to a peer outside comes back closed). gVisor
+    cannot checkpoint a connected TCP endpoint: there the fork keeps the files only and says
+    why, and the parent is left as it was."""
+    sbx = sbx_rt
     sid = sbx.create("python", args=["python3", "-c", PINGPONG])["id"]
     deadline = time.monotonic() + 20
     while sbx.sh(sid, "cat /tmp/n")["exit_code"] != 0:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     child = fork(sbx, sid)
+    if runtime == "runsc":
+        assert child["memory_preserved"] is False and "TCP" in child["reason"], child
+        p1 = counters(sbx, sid)
+        time.sleep(1.0)
+        p2 = counters(sbx, sid)
+        assert p2[0] > p1[0] and p2[1] == 0, (p1, p2)  # the parent's connection never broke
+        return
     assert child["memory_preserved"] is True and child["status"] == "running"
     p1, c1 = counters(sbx, sid), counters(sbx, child["id"])
     time.sleep(1.0)

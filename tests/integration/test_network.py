@@ -1,6 +1,7 @@
 """Sandbox networks through the daemon: an address each, isolation by owner, fork gets its own
 address, nothing left after delete. (The rules themselves: test_net_module.py.)"""
 import ipaddress
+import pytest
 import os
 import subprocess
 import time
@@ -37,6 +38,7 @@ def sandbox_rules(table):
     return text
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_each_sandbox_has_an_address_in_the_subnet(sbx_daemon, sbx):
     s = sbx.create("busybox")
     assert ipaddress.ip_address(s["ip_address"]) in ipaddress.ip_network(sbx_daemon.subnet)
@@ -44,6 +46,7 @@ def test_each_sandbox_has_an_address_in_the_subnet(sbx_daemon, sbx):
     assert s["ip_address"] in r["stdout"]
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_same_owner_reaches_other_owner_does_not(sbx, sbx_user):
     a1 = sbx.create("busybox", args=HTTPD)
     # BusyBox 1.35's ping opens only raw sockets: these two ask for CAP_NET_RAW (ping
@@ -59,6 +62,7 @@ def test_same_owner_reaches_other_owner_does_not(sbx, sbx_user):
     assert r["stdout"].strip() == "0"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_sandbox_cannot_reach_the_host(sbx_daemon, sbx):
     s = sbx.create("busybox")
     gateway = str(next(ipaddress.ip_network(sbx_daemon.subnet).hosts()))
@@ -69,6 +73,7 @@ def test_sandbox_cannot_reach_the_host(sbx_daemon, sbx):
     assert "HTTP/1" not in out, out
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_fork_gets_its_own_address_and_serves_there(sbx):
     parent = sbx.create("busybox", args=HTTPD)
     client = sbx.create("busybox")
@@ -80,6 +85,7 @@ def test_fork_gets_its_own_address_and_serves_there(sbx):
     assert "served-by" in fetch(sbx, client["id"], parent["ip_address"])
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_no_network_pieces_left_after_delete(sbx_daemon, sbx):
     s = sbx.create("busybox")
     netns = os.path.join(sbx_daemon.state_dir, "netns", s["id"])

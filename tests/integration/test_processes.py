@@ -152,6 +152,7 @@ def fork(c, sid, **body):
 
 # ---- the routes -------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_start_list_get_output_exit(sbx):
     sid = sbx.create("busybox")["id"]
     p = start(sbx, sid, code="echo out; echo err >&2; sleep 0.3; echo more; exit 3", tag="job")
@@ -256,6 +257,7 @@ def test_bad_input_gets_clear_errors(sbx, sbx_user):
     assert proc(sbx, sid, pid)["status"] == "running", "bob changed nothing"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_stdin_pipe_and_eof(sbx):
     sid = sbx.create("busybox")["id"]
     p = start(sbx, sid, argv=["cat"], stdin=True)
@@ -434,6 +436,7 @@ def test_pty_process(sbx):
 
 # ---- lifecycle: fork, hibernate, snapshot, restart --------------------------------------
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_fork_keeps_processes_and_their_output(sbx):
     sid = sbx.create("busybox")["id"]
     p = start(sbx, sid, code=COUNTER.format(n=100000, delay=0.02), tag="counter")
@@ -462,6 +465,7 @@ def test_fork_keeps_processes_and_their_output(sbx):
     assert proc(sbx, sid, p["pid"])["status"] == "running"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_hibernate_and_wake_keep_processes_and_output(sbx):
     sid = sbx.create("busybox")["id"]
     p = start(sbx, sid, code=COUNTER.format(n=100000, delay=0.02))

@@ -1,5 +1,6 @@
 """The inbound proxy: /sandboxes/{id|name}/proxy/{path} to a sandbox's HTTP server."""
 import hashlib
+import pytest
 import os
 import time
 
@@ -86,6 +87,7 @@ def server(c, **extra):
     return s
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_get_with_path_query_and_forwarded_headers(sbx):
     s = server(sbx)
     r = sbx.get(f"/sandboxes/{s['name']}/proxy/a/b%20c", params={"x": "1", "y": "two words"})
@@ -171,8 +173,9 @@ def vhost_daemon(tmp_path, registry_url):
     return d, Sandboxes(d.url, d.admin_token)
 
 
-def test_subdomains_reach_the_sandbox(registry_url, tmp_path):
+def test_subdomains_reach_the_sandbox(registry_url, tmp_path, runtime):
     d, c = vhost_daemon(tmp_path, registry_url)
+    c.runtime = runtime
     try:
         s = server(c, public=True)
         r = httpx.get(d.url + "/hi?a=1", headers={"Host": f"{s['name']}.sbx.test"})
@@ -289,6 +292,7 @@ while True:
 """
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_websocket_through_the_proxy(sbx_daemon, sbx):
     import base64
     import socket
@@ -322,6 +326,7 @@ def test_websocket_through_the_proxy(sbx_daemon, sbx):
     c.close()
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_without_a_port_the_listening_one_is_found(sbx):
     s = sbx.create("python", args=["python3", "-c", UPLOAD_SERVER])  # no ports, no ExposedPorts
     deadline = time.monotonic() + 20

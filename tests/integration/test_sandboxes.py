@@ -1,4 +1,4 @@
-"""Sandboxes on runc: create, exec, logs, limits, isolation, delete, restart."""
+"""Sandboxes on runc (and, where marked, runsc): create, exec, logs, limits, isolation, delete, restart."""
 import concurrent.futures
 import json
 import os
@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from conftest import leftover_cgroups
+from conftest import leftover_cgroups, wait_for
 
 
 def wait_status(c, sid, status, timeout=20):
@@ -45,6 +45,7 @@ def test_sandbox_object_has_every_field(sbx):
     assert s["id"] in [x["id"] for x in listed]
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_exec_echo_exit_codes_and_signals(sbx):
     sid = sbx.create("busybox")["id"]
     r = sbx.sh(sid, "echo hi")
@@ -75,6 +76,7 @@ def test_exec_stream_separates_and_orders(sbx):
                          "exit_code": 5, "timed_out": False}
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_exec_stream_is_live(sbx):
     sid = sbx.create("busybox")["id"]
     t0 = time.monotonic()
@@ -104,6 +106,7 @@ def test_exec_timeout_kills_the_group(sbx):
     assert ps == "0", "the timed-out exec's background child must be gone"
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_exec_stdin(sbx):
     sid = sbx.create("busybox")["id"]
     r = sbx.post(f"/sandboxes/{sid}/exec",
@@ -124,6 +127,7 @@ def test_fifty_concurrent_execs(sbx):
     assert outs == [f"{i}\n" for i in range(50)]
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_env_args_hostname_workdir_honoured(sbx):
     s = sbx.create("busybox", env={"GREETING": "hello world"}, hostname="box1",
                    args=["sh", "-c", "echo main-started; exec sleep 1000"])
@@ -193,6 +197,7 @@ def test_cannot_see_host_processes_mounts_or_devices(sbx):
         "not permitted" in r["stdout"]
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_symlink_at_the_agent_socket_is_not_followed(sbx_daemon, sbx, tmp_path):
     import socket as so
     sid = sbx.create("busybox")["id"]
@@ -272,6 +277,7 @@ def test_exec_history_routes(sbx):
     assert more["logs"] == []
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_logs_stream_follows_until_exit(sbx):
     s = sbx.create("busybox", args=["sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.3; done"])
     with sbx.stream("GET", f"/sandboxes/{s['id']}/logs", params={"stream": "true"},
@@ -282,6 +288,7 @@ def test_logs_stream_follows_until_exit(sbx):
     assert done["exit_code"] == 0
 
 
+@pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_delete_leaves_nothing_behind(sbx_daemon, sbx):
     sid = sbx.create("busybox")["id"]
     sdir = os.path.join(sbx_daemon.state_dir, "sandboxes", sid)
@@ -302,15 +309,19 @@ def test_delete_leaves_nothing_behind(sbx_daemon, sbx):
     assert sbx.post(f"/sandboxes/{sid}/execute", json={"code": "true"}).status_code == 409
 
 
-def test_restart_keeps_sandboxes_running(sbx_daemon, sbx):
+def test_restart_keeps_sandboxes_running(sbx_daemon, sbx_rt, runtime):
+    sbx = sbx_rt
     sid = sbx.create("busybox")["id"]
     sbx.sh(sid, "echo 42 > /tmp/value")
     gone = sbx.create("busybox")["id"]
     assert sbx_daemon.stop() == 0
     # while the daemon is down, one container disappears
-    root = os.path.join(sbx_daemon.state_dir, "runc")
-    subprocess.run(["runc", "--root", root, "kill", "--all", gone, "KILL"], check=True)
-    time.sleep(0.5)
+    root = os.path.join(sbx_daemon.state_dir, runtime)
+    subprocess.run([runtime, "--root", root, "kill", "--all", gone, "KILL"], check=True,
+                   timeout=30)
+    wait_for("the killed container to stop", lambda: json.loads(subprocess.run(
+        [runtime, "--root", root, "state", gone], capture_output=True, text=True,
+        timeout=30).stdout or '{"status": "stopped"}')["status"] == "stopped")
     sbx_daemon.start()
     c = type(sbx)(sbx_daemon.url, sbx_daemon.admin_token)
     try:

@@ -173,7 +173,7 @@ static bool con_open_at(struct con *c, const char *name, pid_t agent)
     err_t err = {0};
     *c = (struct con){.fd = -1};
     agentc_reader_init(&c->r);
-    c->fd = agentc_connect(dirfd_, name, agent, 2000, &err);
+    c->fd = agentc_connect(dirfd_, name, &(struct agentc_peer){agent, NULL}, 2000, &err);
     if (c->fd < 0)
         printf("# connect %s: %s\n", name, err.msg);
     return c->fd >= 0;
@@ -306,7 +306,8 @@ static pid_t start_tty_agent(char *const extra[], int stdout_fd, bool no_term)
 {
     err_t err = {0};
     pid_t pid = spawn_agent(extra, stdout_fd, no_term);
-    if (pid > 0 && agentc_wait_ready(dirfd_, SOCK_NAME, pid, WAIT_MS, &err) < 0)
+    if (pid > 0 &&
+        agentc_wait_ready(dirfd_, SOCK_NAME, &(struct agentc_peer){pid, NULL}, WAIT_MS, &err) < 0)
         printf("# the agent is not ready: %s\n", err.msg);
     return pid;
 }
@@ -319,14 +320,16 @@ static void test_no_console_without_tty(void)
     _cleanup_close_ int out = out_file("no-tty.out");
     char *extra[] = {"--", "sleep", "100", NULL};
     pid_t pid = spawn_agent(extra, out, false);
-    bool ready = agentc_wait_ready(dirfd_, SOCK_NAME, pid, WAIT_MS, &err) == 0;
+    bool ready =
+        agentc_wait_ready(dirfd_, SOCK_NAME, &(struct agentc_peer){pid, NULL}, WAIT_MS, &err) == 0;
     ok(ready && faccessat(dirfd_, CONSOLE_NAME, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT,
        "without --tty there is no console.sock");
     kill(pid, SIGTERM);
     ok(wait_exit(pid, WAIT_MS) == 143, "... and the main process is as before (SIGTERM: 143)");
     char *idle[] = {"--tty", NULL};
     pid = spawn_agent(idle, out, false);
-    ready = agentc_wait_ready(dirfd_, SOCK_NAME, pid, WAIT_MS, &err) == 0;
+    ready =
+        agentc_wait_ready(dirfd_, SOCK_NAME, &(struct agentc_peer){pid, NULL}, WAIT_MS, &err) == 0;
     ok(ready && faccessat(dirfd_, CONSOLE_NAME, F_OK, AT_SYMLINK_NOFOLLOW) < 0,
        "--tty without a main process: no console.sock either");
     kill(pid, SIGTERM);

@@ -56,7 +56,7 @@ static pid_t spawn_agent(const char *user)
         _exit(99);
     }
     err_t err = {0};
-    if (agentc_wait_ready(dirfd_, sock_name, pid, 5000, &err) < 0)
+    if (agentc_wait_ready(dirfd_, sock_name, &(struct agentc_peer){pid, NULL}, 5000, &err) < 0)
         printf("# agent not ready: %s\n", err.msg);
     return pid;
 }
@@ -70,7 +70,7 @@ static void stop_agent(pid_t pid)
 static int connect_agent(void)
 {
     err_t err = {0};
-    int fd = agentc_connect(dirfd_, sock_name, agent_pid, 2000, &err);
+    int fd = agentc_connect(dirfd_, sock_name, &(struct agentc_peer){agent_pid, NULL}, 2000, &err);
     if (fd < 0)
         printf("# connect: %s\n", err.msg);
     return fd;

@@ -53,7 +53,8 @@ static int procs_fd(void)
     err_t err = {0};
     double end = now_mono_ms() + WAIT_MS;
     for (;;) {
-        int fd = agentc_connect(dirfd_, AGENT_PROCS_SOCKET, agent, 1000, &err);
+        int fd = agentc_connect(dirfd_, AGENT_PROCS_SOCKET, &(struct agentc_peer){agent, NULL},
+                                1000, &err);
         if (fd >= 0 || now_mono_ms() > end)
             return fd;
         usleep(5000);
@@ -369,7 +370,8 @@ static void test_pty_keeper_and_fds(void)
     fds_to(keeper, "", &total);
     ok(total == 4, "the keeper keeps 4 fds: stderr, the master and two pipes (%d)", total);
     /* an exec session, forked while the stdin pipe exists */
-    int sess_fd = agentc_connect(dirfd_, "agent.sock", agent, 2000, &err);
+    int sess_fd =
+        agentc_connect(dirfd_, "agent.sock", &(struct agentc_peer){agent, NULL}, 2000, &err);
     const char *argv[] = {"sleep", "3", NULL};
     struct agentc_exec_req ex = {.argv = argv};
     ok(agentc_send_exec(sess_fd, &ex, &err) == 0, "an exec runs meanwhile");

@@ -198,7 +198,8 @@ static void capture_free(struct capture *c)
 static int run_req(const struct agentc_exec_req *req, struct capture *c,
                    struct agentc_exec_result *res, err_t *err)
 {
-    _cleanup_close_ int fd = agentc_connect(dirfd_, SOCK_NAME, agent_pid, 2000, err);
+    _cleanup_close_ int fd =
+        agentc_connect(dirfd_, SOCK_NAME, &(struct agentc_peer){agent_pid, NULL}, 2000, err);
     if (fd < 0)
         return -1;
     return agentc_exec(fd, req, c ? collect : NULL, c, 60000, res, err);
@@ -398,7 +399,7 @@ static int start_manual(const char *const *argv, pid_t *pid, agentc_reader_t *r)
     err_t err = {0};
     struct agent_frame f;
     struct agentc_exec_req req = {.argv = argv};
-    int fd = agentc_connect(dirfd_, SOCK_NAME, agent_pid, 2000, &err);
+    int fd = agentc_connect(dirfd_, SOCK_NAME, &(struct agentc_peer){agent_pid, NULL}, 2000, &err);
     agentc_reader_init(r);
     if (fd < 0 || agentc_send_exec(fd, &req, &err) < 0 ||
         agentc_read_frame(fd, r, &f, now_mono_ms() + 5000, &err) < 0 ||
@@ -491,7 +492,7 @@ static void test_protocol_errors(void)
     struct agent_frame f;
     char code[32], msg[128];
     agentc_reader_init(&r);
-    int fd = agentc_connect(dirfd_, SOCK_NAME, agent_pid, 2000, &err);
+    int fd = agentc_connect(dirfd_, SOCK_NAME, &(struct agentc_peer){agent_pid, NULL}, 2000, &err);
     int rc = agentc_send(fd, AGENT_HELLO, "{\"version\":1}", 13, &err);
     ok(rc == 0 && agentc_read_frame(fd, &r, &f, now_mono_ms() + 5000, &err) == 0 &&
            f.type == AGENT_HELLO_OK,
@@ -504,7 +505,7 @@ static void test_protocol_errors(void)
     close(fd);
     agentc_reader_free(&r);
     agentc_reader_init(&r);
-    fd = agentc_connect(dirfd_, SOCK_NAME, agent_pid, 2000, &err);
+    fd = agentc_connect(dirfd_, SOCK_NAME, &(struct agentc_peer){agent_pid, NULL}, 2000, &err);
     uint8_t hdr[5] = {0x7f, 0, 0, 0, AGENT_EXEC};
     (void)!write(fd, hdr, sizeof(hdr));
     ok(agentc_read_frame(fd, &r, &f, now_mono_ms() + 5000, &err) == 0 &&
@@ -587,20 +588,24 @@ static void test_connect_refuses_links_and_strangers(void)
     snprintf(real, sizeof(real), "%s/%s", tmpdir, SOCK_NAME);
     snprintf(link, sizeof(link), "%s/evil.sock", tmpdir);
     ok(symlink(real, link) == 0, "plant a symlink to the real socket");
-    ok(agentc_connect(dirfd_, "evil.sock", agent_pid, 1000, &err) < 0 &&
+    ok(agentc_connect(dirfd_, "evil.sock", &(struct agentc_peer){agent_pid, NULL}, 1000, &err) <
+               0 &&
            strcmp(err.code, "agent_unavailable") == 0,
        "a symlink at the socket path is not followed (%s)", err.msg);
-    ok(agentc_connect(dirfd_, "evil.sock", 0, 1000, &err) < 0, "... even without the pid check");
+    ok(agentc_connect(dirfd_, "evil.sock", &(struct agentc_peer){0, NULL}, 1000, &err) < 0,
+       "... even without the pid check");
     unlink(link);
     int fd = openat(dirfd_, "file.sock", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
     close(fd);
-    ok(agentc_connect(dirfd_, "file.sock", 0, 1000, &err) < 0, "a regular file is refused");
-    ok(agentc_connect(dirfd_, "../x/agent.sock", 0, 1000, &err) < 0,
+    ok(agentc_connect(dirfd_, "file.sock", &(struct agentc_peer){0, NULL}, 1000, &err) < 0,
+       "a regular file is refused");
+    ok(agentc_connect(dirfd_, "../x/agent.sock", &(struct agentc_peer){0, NULL}, 1000, &err) < 0,
        "a name with a slash is refused");
-    ok(agentc_connect(dirfd_, SOCK_NAME, getpid(), 1000, &err) < 0 &&
+    ok(agentc_connect(dirfd_, SOCK_NAME, &(struct agentc_peer){getpid(), NULL}, 1000, &err) < 0 &&
            strcmp(err.code, "agent_impostor") == 0 && err.kind == ERR_BAD_GATEWAY,
        "a peer that is not the expected pid is refused (agent_impostor, 502)");
-    int ok_fd = agentc_connect(dirfd_, SOCK_NAME, agent_pid, 1000, &err);
+    int ok_fd =
+        agentc_connect(dirfd_, SOCK_NAME, &(struct agentc_peer){agent_pid, NULL}, 1000, &err);
     ok(ok_fd >= 0, "the real socket with the right pid connects");
     if (ok_fd >= 0)
         close(ok_fd);
@@ -631,7 +636,7 @@ static void test_main_process_signals_and_failures(void)
     err_t err = {0};
     char *sleeper[] = {"--", "sleep", "100", NULL};
     pid_t pid = spawn_agent(sleeper, -1);
-    int rc = agentc_wait_ready(dirfd_, SOCK_NAME, pid, 5000, &err);
+    int rc = agentc_wait_ready(dirfd_, SOCK_NAME, &(struct agentc_peer){pid, NULL}, 5000, &err);
     kill(pid, SIGTERM);
     int code = wait_exit(pid);
     ok(rc == 0 && code == 143, "SIGTERM is forwarded: the main sleep dies, the agent exits 143");
@@ -639,7 +644,7 @@ static void test_main_process_signals_and_failures(void)
     ok(wait_exit(spawn_agent(missing, -1)) == 127, "a missing main program: exit 127");
     char *idle[] = {NULL};
     pid = spawn_agent(idle, -1);
-    rc = agentc_wait_ready(dirfd_, SOCK_NAME, pid, 5000, &err);
+    rc = agentc_wait_ready(dirfd_, SOCK_NAME, &(struct agentc_peer){pid, NULL}, 5000, &err);
     kill(pid, SIGTERM);
     ok(rc == 0 && wait_exit(pid) == 0, "an idle agent exits 0 on SIGTERM");
 }
@@ -649,7 +654,8 @@ static void test_wait_ready_fast(void)
     err_t err = {0};
     double t0 = now_mono_ms();
     agent_pid = spawn_agent(NULL, -1);
-    int rc = agentc_wait_ready(dirfd_, SOCK_NAME, agent_pid, 5000, &err);
+    int rc =
+        agentc_wait_ready(dirfd_, SOCK_NAME, &(struct agentc_peer){agent_pid, NULL}, 5000, &err);
     ok(rc == 0, "agentc_wait_ready sees the agent (%.1f ms after fork)", now_mono_ms() - t0);
 }
 
@@ -675,7 +681,8 @@ static void test_main_exit_kills_running_execs(void)
     const char *argv[] = {"sleep", "100", NULL};
     agentc_reader_t r;
     pid_t pid = 0;
-    int fd = agentc_wait_ready(dirfd_, SOCK_NAME, agent_pid, 5000, &err) == 0
+    int fd = agentc_wait_ready(dirfd_, SOCK_NAME, &(struct agentc_peer){agent_pid, NULL}, 5000,
+                               &err) == 0
                  ? start_manual(argv, &pid, &r)
                  : -1;
     int code = wait_exit(agent_pid);

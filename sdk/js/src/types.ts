@@ -95,6 +95,7 @@ export interface CreateOptions extends RequestOptions {
   ports?: number[];
   /** Whether the proxy serves this sandbox without a token. */
   public?: boolean;
+  /** "runc" (the daemon's default unless its --runtime says otherwise) or "runsc" (gVisor). */
   runtime?: string;
   /** Seconds of inactivity after which the daemon may hibernate it. */
   idleTimeout?: number;

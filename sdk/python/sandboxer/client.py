@@ -401,7 +401,7 @@ class Sandboxer(_ClientBase[Sandbox]):
         (bytes or "512M"), ``pids``, ``disk``; ``network``: "none" (only your own
         sandboxes), "open" (NAT out) or "proxy" (only the hosts of ``egress_allow``, through
         the daemon's egress proxy); ``ports``: the HTTP ports the proxy reaches;
-        ``public``: the proxy serves without a token; ``runtime``: "runc";
+        ``public``: the proxy serves without a token; ``runtime``: "runc" or "runsc" (gVisor);
         ``idle_timeout``: seconds idle before it hibernates; ``net_raw``: keep CAP_NET_RAW
         (raw sockets; off by default, ping works without it). ``extra``: more JSON fields.
         """
