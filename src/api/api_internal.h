@@ -159,6 +159,9 @@ bool api_has_token(const api_req_t *r);
  * Sec-WebSocket-Protocol entry bearer.<token> instead (same checks, same errors).
  */
 int api_authenticate(api_req_t *r, err_t *err);
+/* Authenticate an E2B API key (X-API-KEY: e2b_...): a token of kind "e2b", never a bearer
+ * token. Fills r->user and r->token like api_authenticate. */
+int api_authenticate_e2b(api_req_t *r, const char *key, err_t *err);
 /* True if the client offers the WebSocket subprotocol name (Sec-WebSocket-Protocol). */
 bool api_ws_protocol_offered(const api_req_t *r, const char *name);
 

@@ -130,6 +130,51 @@ int sbx_file_delete(sbx_mgr_t *m, const user_t *owner, const char *key,
     return rc;
 }
 
+int sbx_file_mkdir(sbx_mgr_t *m, const user_t *owner, const char *key,
+                   const struct agentc_file_req *req, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_mkdir(f->fd, req, err);
+    sbx_files_close(f);
+    return rc;
+}
+
+int sbx_file_rename(sbx_mgr_t *m, const user_t *owner, const char *key,
+                    const struct agentc_file_req *req, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_rename(f->fd, req, err);
+    sbx_files_close(f);
+    return rc;
+}
+
+int sbx_file_xattr_set(sbx_mgr_t *m, const user_t *owner, const char *key,
+                       const struct agentc_file_req *req, json_t *attrs, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_xattr_set(f->fd, req, attrs, err);
+    sbx_files_close(f);
+    return rc;
+}
+
+int sbx_file_xattr_get(sbx_mgr_t *m, const user_t *owner, const char *key,
+                       const struct agentc_file_req *req, json_t *paths, const char *prefix,
+                       json_t **out, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    *out = agentc_xattr_get(f->fd, req, paths, prefix, err);
+    sbx_files_close(f);
+    return *out ? 0 : -1;
+}
+
 static int collect(void *ctx, uint8_t type, const uint8_t *p, size_t n)
 {
     buf_t *b = ctx;

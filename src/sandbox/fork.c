@@ -45,6 +45,9 @@ static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *sp
     r->created_at = r->last_active_at = now_unix();
     snprintf(r->runtime, sizeof(r->runtime), "runc");
     r->spec = json_deep_copy(spec);
+    /* A clone starts with no deadline and the default wake policy (deadline.c). */
+    json_object_del(r->spec, "deadline");
+    json_object_del(r->spec, "auto_wake");
     /* The console goes along with the processes (the spec says whether there is one). */
     r->interactive = json_is_true(json_object_get(spec, "interactive"));
 }

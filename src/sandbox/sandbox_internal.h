@@ -21,6 +21,9 @@ struct sbx_live {
     atomic_int execs;
     atomic_int changing; /* lifecycle changes waiting for the write lock: followers of
                             background output let go of the read lock for them */
+    pthread_mutex_t fswatch_lock; /* guards the open directory watches (fswatch.c) */
+    int fswatch_fds[SBX_FSWATCH_MAX];
+    size_t nfswatch;
     int refs;
     struct sbx_live *next;
 };
@@ -67,8 +70,13 @@ struct sbx_paths {
 void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p);
 void sbx_paths_free(struct sbx_paths *p);
 
+/* Close the agent connections of l's directory watches before a change checkpoints or ends
+ * the container (l's lock is held for writing): their owners reconnect after it. */
+void sbx_fswatches_suspend(struct sbx_live *l);
 /* Find (and reference) the live entry for id, creating it if create. */
 struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create);
+/* Delete or hibernate the sandboxes whose deadline passed (the reaper, once a second). */
+void sbx_deadlines_reap(sbx_mgr_t *m);
 /* Start and stop the idle reaper thread. */
 int sbx_reaper_start(sbx_mgr_t *m, err_t *err);
 void sbx_reaper_stop(sbx_mgr_t *m);
