@@ -6,6 +6,7 @@
  * explicit wake (POST /wake, E2B's connect) restores it. Forks and snapshot starts begin
  * without either (clone_record drops them).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -60,6 +61,27 @@ double sbx_spec_deadline(const json_t *spec, enum sbx_end_action *action)
     return json_number_value(json_object_get(d, "end_at"));
 }
 
+int sbx_life_get(sbx_mgr_t *m, const user_t *owner, const char *key, struct sbx_life *out,
+                 err_t *err)
+{
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return -1;
+    json_t *res = json_object_get(r.spec, "resources");
+    *out = (struct sbx_life){.status = sandbox_status_name(r.status),
+                             .created_at = r.created_at,
+                             .auto_wake = sbx_spec_auto_wake(r.spec),
+                             .cpus = json_number_value(json_object_get(res, "cpus")),
+                             .memory = (uint64_t)json_integer_value(json_object_get(res, "memory")),
+                             .disk = sbx_spec_disk(r.spec)};
+    out->end_at = sbx_spec_deadline(r.spec, &out->action);
+    const char *user = json_string_value(json_object_get(r.spec, "user"));
+    snprintf(out->user, sizeof(out->user), "%s", user ? user : "");
+    snprintf(out->id, sizeof(out->id), "%s", r.id);
+    store_sandbox_rec_clear(&r);
+    return 0;
+}
+
 /* Act on r's deadline if it is still due (re-read: a client may just have moved it). */
 static void end_one(sbx_mgr_t *m, const char *id, double now)
 {
@@ -81,8 +103,9 @@ static void end_one(sbx_mgr_t *m, const char *id, double now)
         log_msg(rc < 0 ? LOG_WARN : LOG_INFO, "sandbox.deadline",
                 "sandbox=%s action=%s%s%s", r.id, action_name(action), rc < 0 ? " code=" : "",
                 rc < 0 ? err.code : "");
-        /* Done, or failed (last_error says why, the sandbox runs on): not tried again. */
-        if (action == SBX_END_HIBERNATE)
+        /* A hibernation that failed (last_error says why, the sandbox runs on) is not tried
+         * again; one that worked keeps its deadline, the time it went to sleep. */
+        if (rc < 0 && action == SBX_END_HIBERNATE)
             store_sandbox_set_spec_field(m->store, r.id, "deadline", NULL, NULL);
         if (rc < 0)
             sbx_note(m, r.id, action_name(action), err.msg);

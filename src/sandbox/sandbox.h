@@ -288,6 +288,21 @@ int sbx_set_auto_wake(sbx_mgr_t *m, const user_t *owner, const char *key, bool w
 double sbx_spec_deadline(const json_t *spec, enum sbx_end_action *action);
 /* False if a sandbox's spec says that requests must not wake it. */
 bool sbx_spec_auto_wake(const json_t *spec);
+/* What the facades need of a sandbox's life in one read. */
+struct sbx_life {
+    char id[65];
+    const char *status; /* "running", "paused", "hibernated", "exited", "terminated", ... */
+    double created_at;
+    double end_at; /* its deadline (0: none) */
+    enum sbx_end_action action;
+    bool auto_wake;
+    double cpus;
+    uint64_t memory, disk; /* bytes (disk 0: no limit) */
+    char user[64];         /* its execs' default user (the image's User; "" for root) */
+};
+/* The life of owner's sandbox key. */
+int sbx_life_get(sbx_mgr_t *m, const user_t *owner, const char *key, struct sbx_life *out,
+                 err_t *err);
 
 /* Make the directory path (parents in req: its missing parents too). */
 int sbx_file_mkdir(sbx_mgr_t *m, const user_t *owner, const char *key,
