@@ -125,8 +125,16 @@ def test_cli_snapshot_create_ls_rm_and_create_from_it(sbx_daemon, sbx):
     assert p.returncode == 1 and "404" in p.stderr
 
 
+def test_cli_create_without_image_names_the_missing_default_template(sbx_daemon):
+    # this daemon runs with --templates-dir none, so the default template 'base' is absent:
+    # `create` alone is valid (it means 'base') and fails with a hint, not a usage error
+    p = run(sbx_daemon, "create", check=False)
+    assert p.returncode == 1, p
+    assert "default template 'base' is not available" in p.stderr
+    assert "scripts/setup" in p.stderr and "404" in p.stderr
+
+
 @pytest.mark.parametrize("args", [
-    ["create"],
     ["create", "busybox", "--snapshot", "warm"],
     ["create", "--snapshot", "warm", "--env", "A=1"],
     ["create", "--snapshot", ""],
