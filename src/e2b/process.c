@@ -95,7 +95,8 @@ static bool send_output(struct e2b_stream *st, struct follow *f, const struct ag
     for (size_t i = 0; i < o->nchunks; i++) {
         const struct agentc_output_chunk *c = &o->chunks[i];
         const char *kind = f->tty ? "pty" : c->stream == 2 ? "stderr" : "stdout";
-        if (!e2b_rpc_send(st, event("data", json_pack("{s:{s:o}}", "output", kind,
+        /* DataEvent's oneof output: its member (stdout, stderr or pty) is the JSON field */
+        if (!e2b_rpc_send(st, event("data", json_pack("{s:o}", kind,
                                                       e2b_base64_json(o->data.data + c->off,
                                                                       c->len)))))
             return false;
