@@ -344,6 +344,9 @@ int procs_stdin(struct proc *pr, const void *p, size_t n, bool eof, err_t *err)
         buf_append(&pr->in_q, p, n);
         pr->in_eof = eof;
         pr->stdin_open = !eof;
+        /* Nothing left to write: EOF now, as no POLLOUT will come to close it later. */
+        if (eof && pr->in_off >= pr->in_q.len)
+            close_fd(&pr->in_fd);
         return 0;
     }
     /* The keeper takes frames: STDIN in 64 KiB pieces, then STDIN_EOF (it types ^D). */
