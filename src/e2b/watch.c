@@ -123,7 +123,8 @@ static bool watch_step(struct e2b_stream *st, struct watch_stream *ws, api_req_t
     json_array_foreach(events, i, e)
     {
         json_t *ev = fs_event(fr, &ws->q.box, &ws->q.user, ws->q.path, e, ws->q.include_entry);
-        if (!e2b_rpc_send(st, json_pack("{s:{s:o}}", "event", "filesystem", ev)))
+        /* WatchDirResponse's oneof is named event: its member is the JSON field */
+        if (!e2b_rpc_send(st, json_pack("{s:o}", "filesystem", ev)))
             return false;
     }
     if (rc == SBX_FOLLOW_LATER && !api_stream_wait(st->s, WATCH_LATER_MS))
