@@ -241,6 +241,13 @@ int e2b_h_create(api_req_t *r, err_t *err)
         store_e2b_delete(r->api->store, e2b_id, NULL);
         return -1;
     }
+    /* E2B hands a sandbox over once its template's start command serves (the code
+       interpreter's port 49999): a client's first request must find it answering. */
+    if (sbx_wait_serving(r->api->sbx, &r->user, sid, E2B_READY_WAIT_MS, err) < 0) {
+        sbx_delete(r->api->sbx, &r->user, sid, &none, NULL);
+        store_e2b_delete(r->api->store, e2b_id, NULL);
+        return -1;
+    }
     struct e2b_box b;
     if (e2b_box_get(r, e2b_id, &b, err) < 0)
         return -1;

@@ -354,6 +354,14 @@ struct sbx_target {
 int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
                      struct sbx_target *out, err_t *err);
 
+/*
+ * Wait until owner's sandbox key listens on the port it serves (create-time ports, else the
+ * image's ExposedPorts) for at most timeout_ms; 0 at once when it declares none. What E2B's
+ * templates promise: a sandbox is handed over once its start command serves.
+ */
+int sbx_wait_serving(sbx_mgr_t *m, const user_t *owner, const char *key, int timeout_ms,
+                     err_t *err);
+
 /* True if a non-terminated sandbox or a template uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);
 /* The layer dirs non-terminated sandboxes mount, as the keys of a new JSON object. */
