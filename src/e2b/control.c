@@ -137,7 +137,9 @@ static int decode_create(json_t *body, struct create_req *q, err_t *err)
     json_t *tpl = json_object_get(body, "templateID");
     json_t *resume = json_object_get(body, "autoResume");
     if (!json_is_string(tpl) || !json_string_length(tpl) || json_string_length(tpl) > 128)
-        return err_set(err, ERR_INVALID, 0, "invalid_field", "templateID is required");
+        return err_set(err, ERR_INVALID, 0, "invalid_field",
+                       tpl ? "templateID must be a string of 1-128 characters"
+                           : "templateID is required");
     q->template_id = json_string_value(tpl);
     if (refuse_unsupported(body, err) < 0 || timeout_of(body, DEFAULT_TIMEOUT, &q->timeout, err) < 0 ||
         bool_of(body, "autoPause", 0, &q->auto_pause, err) < 0 ||
@@ -538,9 +540,15 @@ static bool wanted(const struct list_query *q, const struct e2b_box *b)
            (!q->template_id || strcmp(q->template_id, b->rec.template_id) == 0);
 }
 
+/* Its start time in whole microseconds: what a cursor carries, compared exactly. */
+static long long start_us(const struct e2b_box *b)
+{
+    return llround(b->rec.started_at * 1e6);
+}
+
 static char *cursor_of(const struct e2b_box *b)
 {
-    return xasprintf("%.6f:%s", b->rec.started_at, b->rec.e2b_id);
+    return xasprintf("%lld:%s", start_us(b), b->rec.e2b_id);
 }
 
 /* True if b comes after the cursor in the list's order (the cursor's own item need not
@@ -548,9 +556,9 @@ static char *cursor_of(const struct e2b_box *b)
 static bool after_cursor(const struct e2b_box *b, const char *cursor, bool desc)
 {
     char *end = NULL;
-    double t = strtod(cursor, &end);
+    long long t = strtoll(cursor, &end, 10), us = start_us(b);
     const char *id = end && *end == ':' ? end + 1 : "";
-    int c = b->rec.started_at < t ? -1 : b->rec.started_at > t ? 1 : strcmp(b->rec.e2b_id, id);
+    int c = us < t ? -1 : us > t ? 1 : strcmp(b->rec.e2b_id, id);
     return desc ? c < 0 : c > 0;
 }
 
@@ -566,17 +574,18 @@ int e2b_h_list_v2(api_req_t *r, err_t *err)
     /* rows come oldest first: walk them in the order asked, from after the cursor */
     json_t *arr = json_array();
     char *last = NULL;
+    const struct e2b_box *listed = NULL; /* the page's last item so far */
     for (size_t k = 0; k < n; k++) {
         const struct e2b_box *b = &boxes[q.desc ? n - 1 - k : k];
         if ((q.next && !after_cursor(b, q.next, q.desc)) || !wanted(&q, b))
             continue;
         if ((long long)json_array_size(arr) == q.limit) {
-            /* one more exists: the page ends with a cursor */
-            free(last);
-            last = cursor_of(q.desc ? &boxes[n - k] : &boxes[k - 1]);
+            /* one more exists: the page ends with a cursor after its last item */
+            last = cursor_of(listed);
             break;
         }
         json_array_append_new(arr, listed_json(b));
+        listed = b;
     }
     free_boxes(boxes, n);
     json_decref(q.metadata);
