@@ -206,6 +206,9 @@ test('pause, then connect resumes with its processes and memory', async () => {
   const bg = await sbx.commands.run(
     'python3 -c "import time\nn = 0\nwhile True:\n    n += 1\n    open(\'/tmp/n\', \'w\').write(str(n))\n    time.sleep(0.1)"',
     { background: true })
+  // pausing may end this stream with an error (E2B's drops connections into a paused
+  // sandbox): handled here, so that it is no unhandled rejection
+  bg.wait().catch(() => {})
   await waitFor('the counter', async () => (await sbx.files.exists('/tmp/n')))
   assert.equal(await Sandbox.pause(sbx.sandboxId), true)
   const paused = await Sandbox.getInfo(sbx.sandboxId)
