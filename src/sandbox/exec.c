@@ -277,7 +277,7 @@ int sbx_wait_serving(sbx_mgr_t *m, const user_t *owner, const char *key, int tim
         return 0;
     /* Polled through /proc/net/tcp: each look is one short exec in the sandbox. */
     double until = now_mono_ms() + timeout_ms;
-    while (sbx_listening_port(m, owner, key) != port) {
+    while (!sbx_port_listening(m, owner, key, port)) {
         if (now_mono_ms() >= until)
             return err_set(err, ERR_RUNTIME, 0, "sandbox_not_ready",
                            "nothing listened on port %d within %d ms", port, timeout_ms);

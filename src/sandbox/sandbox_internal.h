@@ -171,6 +171,8 @@ int sbx_hibernate_if_idle(sbx_mgr_t *m, const char *id, double idle_s, err_t *er
 int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* The first TCP port listening on all addresses in owner's sandbox key, or 0. */
 int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key);
+/* True if port listens on all addresses in owner's sandbox key. */
+bool sbx_port_listening(sbx_mgr_t *m, const user_t *owner, const char *key, int port);
 /* Record an event of sandbox id for its owner (looked up when < 0); data is stolen. */
 void sbx_event(sbx_mgr_t *m, int64_t owner_id, const char *id, const char *type, json_t *data);
 /* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */
