@@ -265,6 +265,42 @@ test("another user's key cannot see or touch the sandbox", async () => {
   await assert.rejects(Sandbox.list({ apiKey: 'e2b_' + '0'.repeat(64) }).nextItems())
 })
 
+test('secure sandbox: signed upload/download URLs, pty, fork with memory', async () => {
+  const sbx = await create('base', { secure: true })
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId } // what E2B_SANDBOX_URL needs besides
+  const up = await sbx.uploadUrl('/home/user/up.txt')
+  assert.match(up, /signature=v1_/)
+  const form = new FormData()
+  form.append('file', new Blob(['signed upload']), 'up.txt')
+  assert.equal((await fetch(up, { method: 'POST', body: form, headers })).status, 200)
+  const down = await fetch(await sbx.downloadUrl('/home/user/up.txt'), { headers })
+  assert.equal(down.status, 200)
+  assert.equal(await down.text(), 'signed upload')
+  const unsigned = await fetch(down.url.replace(/signature=[^&]*/, 'signature=v1_bad'),
+    { headers })
+  assert.equal(unsigned.status, 401)
+
+  let out = ''
+  const pty = await sbx.pty.create({ cols: 80, rows: 24,
+    onData: d => { out += new TextDecoder().decode(d) } })
+  await sbx.pty.resize(pty.pid, { cols: 100, rows: 30 })
+  await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('echo pty-$((6*7)) $COLUMNS\n'))
+  await waitFor('the pty echoing', () => out.includes('pty-42 100'))
+  await sbx.pty.kill(pty.pid)
+  await pty.wait().catch(() => {})
+
+  const counter = await sbx.commands.run('python3 -c "import time\nwhile True: time.sleep(1)"',
+    { background: true })
+  counter.wait().catch(() => {})
+  const [child] = await sbx.fork({ count: 1 })
+  assert.ok(child instanceof Sandbox, String(child))
+  made.push(child.sandboxId)
+  assert.notEqual(child.sandboxId, sbx.sandboxId)
+  assert.equal(await child.files.read('/home/user/up.txt'), 'signed upload')
+  assert.ok((await child.commands.list()).some(p => p.pid === counter.pid))
+  assert.equal(await child.kill(), true)
+})
+
 test('code interpreter: runCode keeps state across cells and across pause/connect', async () => {
   const sbx = await create('code-interpreter')
   const first = await sbx.runCode('x = 41\nprint("set")')

@@ -6,6 +6,8 @@
   loopback with its own self-hosting options: E2B_API_URL and E2B_SANDBOX_URL name the daemon
   (envd requests then carry the E2b-Sandbox-Id/-Port headers), E2B_DOMAIN is its
   --e2b-domain, and getHost()'s names are sent as Host headers.
+- The same SDKs with nothing but E2B_DOMAIN and a key, through Caddy with the site of
+  `sandboxer caddy-config --e2b` (tls internal): tests/e2b/tls-front.test.mjs.
 - E2B API keys from our token API, and what bad input to E2B's routes answers (E2B's error
   shapes), with plain HTTP.
 """
@@ -18,7 +20,7 @@ import subprocess
 import httpx
 import pytest
 
-from conftest import E2B_DOMAIN, ROOT
+from conftest import BIN, E2B_DOMAIN, ROOT, free_port, wait_for
 from test_sdk_js import ensure_node_modules, npm_env
 
 SUITE = os.path.join(ROOT, "tests", "e2b")
@@ -91,21 +93,10 @@ def test_official_e2b_sdks(tpl_daemon):
                    "E2B_SANDBOX_URL": d.url, "E2B_DOMAIN": E2B_DOMAIN,
                    "SANDBOXER_ADDR": f"127.0.0.1:{d.port}"})
     env.pop("E2B_DEBUG", None)
-    # its own process group, so that a timeout ends node's test processes too
-    p = subprocess.Popen(["node", "--test", "--test-reporter=spec", "sdk.test.mjs"], cwd=SUITE,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
     try:
-        output, _ = p.communicate(timeout=TEST_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        output, _ = p.communicate()
-        pytest.fail(f"the E2B SDK tests did not finish in {TEST_TIMEOUT} s:\n{output[-20000:]}")
+        run_node("sdk.test.mjs", env)
     finally:
         leftover = {k: e2b_live(d, k) for k in (key, other)}
-    print(output[-4000:])
-    assert p.returncode == 0, f"the E2B SDK tests failed ({p.returncode}):\n{output[-20000:]}"
-    assert re.search(r"ℹ pass [1-9]", output) and "ℹ fail 0" in output, output[-5000:]
     # every scenario killed what it made, failed or not
     assert leftover == {key: [], other: []}, leftover
 
@@ -198,3 +189,73 @@ def test_e2b_bad_input_gets_e2b_errors(tpl_daemon, e2b_users):
     assert alice.http.delete(f"/sandboxes/{sid}").status_code == 204
     r = httpx.get(d.url + "/health", headers=envd, timeout=30)
     assert r.status_code == 502, r.text
+
+
+def run_node(suite_file, env, timeout=TEST_TIMEOUT, args=()):
+    """node --test on suite_file in tests/e2b; its output, failing the test unless all passed."""
+    p = subprocess.Popen(["node", *args, "--test", "--test-reporter=spec", suite_file],
+                         cwd=SUITE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    try:
+        output, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        output, _ = p.communicate()
+        pytest.fail(f"{suite_file} did not finish in {timeout} s:\n{output[-20000:]}")
+    print(output[-4000:])
+    assert p.returncode == 0, f"{suite_file} failed ({p.returncode}):\n{output[-20000:]}"
+    assert re.search(r"ℹ pass [1-9]", output) and "ℹ fail 0" in output, output[-5000:]
+    return output
+
+
+def test_e2b_sdk_through_caddy_tls_internal(tpl_daemon, tmp_path):
+    """The set-up docs/e2b.md describes: `sandboxer caddy-config --e2b` in front, the SDK with
+    only E2B_DOMAIN and its key, trusting Caddy's local CA."""
+    assert shutil.which("caddy"), "caddy is needed (scripts/setup installs Debian's package)"
+    d = tpl_daemon
+    key = e2b_key(d, "e2b-tls")
+    http_port, https_port = free_port(), free_port()
+    out = subprocess.run([BIN, "caddy-config", "--e2b", E2B_DOMAIN, "--upstream",
+                          f"127.0.0.1:{d.port}", "--https-port", str(https_port)],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    assert f"*.{E2B_DOMAIN}" in out.stdout and "tls internal" in out.stdout, out.stdout
+    store = tmp_path / "caddy"
+    # the test's own globals: no admin endpoint, no trust store change, a private storage
+    caddyfile = out.stdout.replace(
+        "{\n", "{\n\tadmin off\n\tskip_install_trust\n"
+        f"\thttp_port {http_port}\n\tstorage file_system {store}\n", 1)
+    (tmp_path / "Caddyfile").write_text(caddyfile)
+    env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    root = store / "pki" / "authorities" / "local" / "root.crt"
+    with open(tmp_path / "caddy.log", "wb") as log:
+        caddy = subprocess.Popen(["caddy", "run", "--config", str(tmp_path / "Caddyfile"),
+                                  "--adapter", "caddyfile"], env=env, stdout=log, stderr=log)
+    try:
+        def api_health():
+            if not root.exists():
+                return None
+            r = subprocess.run(["curl", "-sS", "--max-time", "5", "--resolve",
+                                f"api.{E2B_DOMAIN}:{https_port}:127.0.0.1", "--cacert",
+                                str(root), f"https://api.{E2B_DOMAIN}:{https_port}/health"],
+                               capture_output=True, text=True, timeout=20)
+            return r.returncode == 0 and "Health check successful" in r.stdout
+        wait_for("E2B's API through Caddy", api_health, timeout=60, interval=0.3)
+        ensure_node_modules(SUITE)
+        env = npm_env({"E2B_API_KEY": key, "E2B_DOMAIN": E2B_DOMAIN,
+                       "NODE_EXTRA_CA_CERTS": str(root), "SANDBOXER_TLS_PORT": str(https_port)})
+        for name in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DEBUG"):
+            env.pop(name, None)
+        try:
+            run_node("tls-front.test.mjs", env, timeout=300, args=("--require", "./loopback.cjs"))
+        finally:
+            leftover = e2b_live(d, key)
+        assert leftover == [], leftover
+    finally:
+        caddy.terminate()
+        try:
+            caddy.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            caddy.kill()
+            caddy.wait()
