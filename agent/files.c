@@ -223,18 +223,18 @@ json_t *files_info_json(int dirfd, const char *name, const char *path)
 
 static const struct jfield stat_fields[] = {F_PATH, F_USER};
 static const struct jfield read_fields[] = {F_PATH, F_USER, F_OFFSET(offset), F_OFFSET(length)};
-static const struct jfield write_fields[] = {F_PATH,         F_USER,         F_MODE,
-                                             F_BOOL(mkdir),  F_BOOL(append), F_BOOL(truncate)};
+static const struct jfield write_fields[] = {F_PATH,        F_USER,         F_MODE,
+                                             F_BOOL(mkdir), F_BOOL(append), F_BOOL(truncate)};
 static const struct jfield delete_fields[] = {F_PATH, F_USER, F_BOOL(recursive)};
 static const struct jfield mkdir_fields[] = {F_PATH, F_USER, F_MODE, F_BOOL(parents)};
 static const struct jfield rename_fields[] = {FIELD("from", JF_STRING, true, path, 65536),
                                               FIELD("to", JF_STRING, true, to, 65536), F_USER,
                                               F_BOOL(overwrite)};
 static const struct jfield watch_fields[] = {F_PATH, F_USER, F_BOOL(recursive)};
-static const struct jfield xattr_set_fields[] = {
-    F_PATH, F_USER, FIELD("attrs", JF_OBJECT, true, attrs, 0)};
-static const struct jfield xattr_get_fields[] = {
-    FIELD("paths", JF_ARRAY, true, paths, 0), F_USER, FIELD("prefix", JF_STRING, true, prefix, 64)};
+static const struct jfield xattr_set_fields[] = {F_PATH, F_USER,
+                                                 FIELD("attrs", JF_OBJECT, true, attrs, 0)};
+static const struct jfield xattr_get_fields[] = {FIELD("paths", JF_ARRAY, true, paths, 0), F_USER,
+                                                 FIELD("prefix", JF_STRING, true, prefix, 64)};
 
 /* The command table: request type → accepted members → handler. */
 static const struct file_op {

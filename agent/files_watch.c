@@ -34,8 +34,8 @@
 #define WATCH_DIRS      4096        /* directories one watch follows at most */
 #define WATCH_FRAME_MAX (64 * 1024) /* bytes of events per frame at most */
 #define WATCH_MASK                                                                                 \
-    (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | \
-     IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
+    (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB |                 \
+     IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
 
 struct watch {
     int ifd;
@@ -137,8 +137,10 @@ static void report(struct session *s, struct watch *w, const struct inotify_even
     static const struct {
         uint32_t mask;
         const char *type;
-    } types[] = {{IN_CREATE | IN_MOVED_TO, "create"},      {IN_MOVED_FROM | IN_MOVE_SELF, "rename"},
-                 {IN_ATTRIB, "chmod"},                     {IN_MODIFY, "write"},
+    } types[] = {{IN_CREATE | IN_MOVED_TO, "create"},
+                 {IN_MOVED_FROM | IN_MOVE_SELF, "rename"},
+                 {IN_ATTRIB, "chmod"},
+                 {IN_MODIFY, "write"},
                  {IN_DELETE | IN_DELETE_SELF, "remove"}};
     const char *dir = rel_of(w, e->wd);
     if (!dir)

@@ -20,7 +20,7 @@
 #define XATTR_KEY_MAX   255
 #define XATTR_VALUE_MAX 4096
 #define XATTR_PATHS     10000
-#define XATTR_NAMES_MAX  (64 * 1024)
+#define XATTR_NAMES_MAX (64 * 1024)
 
 static bool user_name(const char *name)
 {

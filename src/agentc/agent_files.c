@@ -448,8 +448,8 @@ static json_t *checked_attrs(json_t *v, const char *prefix)
             json_decref(out);
             return NULL;
         }
-        json_object_set_new(out, name, json_string_lossy(json_string_value(val),
-                                                         json_string_length(val)));
+        json_object_set_new(out, name,
+                            json_string_lossy(json_string_value(val), json_string_length(val)));
     }
     return out;
 }
@@ -527,9 +527,8 @@ int agentc_watch_read(int fd, agentc_reader_t *reader, int wait_ms, json_t *even
     }
     if (f.type == AGENT_ERROR)
         return agentc_file_error(&f, err);
-    _cleanup_json_ json_t *j = f.type == AGENT_WATCH_EVENTS
-                                   ? json_loadb((const char *)f.payload, f.len, 0, NULL)
-                                   : NULL;
+    _cleanup_json_ json_t *j =
+        f.type == AGENT_WATCH_EVENTS ? json_loadb((const char *)f.payload, f.len, 0, NULL) : NULL;
     json_t *list = json_object_get(j, "events"), *e;
     json_int_t d = json_integer_value(json_object_get(j, "dropped"));
     size_t i;
@@ -542,9 +541,9 @@ int agentc_watch_read(int fd, agentc_reader_t *reader, int wait_ms, json_t *even
         const char *type = json_string_value(json_object_get(e, "type"));
         if (!name || !type || strlen(name) >= AGENT_PATH_MAX || strlen(type) > 8)
             return agentc_bad_payload(err, "WATCH_EVENTS");
-        json_array_append_new(events,
-                              json_pack("{s:o, s:s}", "name", json_string_lossy(name, strlen(name)),
-                                        "type", type));
+        json_array_append_new(
+            events,
+            json_pack("{s:o, s:s}", "name", json_string_lossy(name, strlen(name)), "type", type));
     }
     return 1;
 }

@@ -55,7 +55,7 @@ struct head_ctx {
     bool first_arg;
     const char *connection; /* the client's Connection header: the headers it names stay */
     bool api_origin;
-    bool e2b; /* E2B's sandbox host: E2B's own headers (its tokens) stop here */
+    bool e2b;        /* E2B's sandbox host: E2B's own headers (its tokens) stop here */
     buf_t protocols; /* Sec-WebSocket-Protocol entries that go on */
 };
 

@@ -27,9 +27,9 @@ static bool user_name_valid(const char *s)
 
 static json_t *token_json(const token_info_t *t)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:f, s:s}", "id", t->id, "name", t->name, "user",
-                          t->user_name, "created_at", t->created_at, "kind",
-                          t->kind[0] ? t->kind : "sbx");
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:f, s:s}", "id", t->id, "name", t->name, "user", t->user_name,
+                  "created_at", t->created_at, "kind", t->kind[0] ? t->kind : "sbx");
     json_object_set_new(j, "last_used_at",
                         t->last_used_at > 0 ? json_real(t->last_used_at) : json_null());
     return j;
@@ -142,7 +142,8 @@ int h_token_create(api_req_t *r, err_t *err)
     token_hash(secret, strlen(secret), hash);
     token_info_t info;
     if (store_token_insert_kind(r->api->store, id, owner.id, q.name,
-                                strcmp(prefix, TOKEN_PREFIX) == 0 ? "sbx" : "e2b", hash, &info, err) < 0)
+                                strcmp(prefix, TOKEN_PREFIX) == 0 ? "sbx" : "e2b", hash, &info,
+                                err) < 0)
         return -1;
     snprintf(info.user_name, sizeof(info.user_name), "%s", owner.name);
     json_t *out = token_json(&info);

@@ -64,7 +64,7 @@ static ssize_t read_abortable(void *cls, uint64_t pos, char *buf, size_t max)
         return n;
     /* EOF: the producer closed its end, after setting aborted if it aborts. */
     return n == 0 && !atomic_load(&job->s.aborted) ? MHD_CONTENT_READER_END_OF_STREAM
-                                                    : MHD_CONTENT_READER_END_WITH_ERROR;
+                                                   : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
 static void free_abortable(void *cls)
@@ -158,9 +158,8 @@ int api_reply_stream_ex(api_req_t *r, unsigned status, const char *type, int64_t
     pthread_attr_destroy(&attr);
     /* A known size goes out as Content-Length; a body that ends short fails the transfer. */
     struct MHD_Response *resp =
-        abortable
-            ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, read_abortable, job,
-                                                free_abortable)
+        abortable   ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, read_abortable,
+                                                        job, free_abortable)
         : size >= 0 ? MHD_create_response_from_callback((uint64_t)size, 64 * 1024, read_pipe,
                                                         (void *)(intptr_t)fds[0], close_pipe)
                     : MHD_create_response_from_pipe(fds[0]);

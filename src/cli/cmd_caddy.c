@@ -57,8 +57,8 @@ int cmd_caddy_config(cli_t *cli, const cli_args_t *args, err_t *err)
     const char *https_port = cli_opt_str(args, "https-port");
     if (!upstream)
         upstream = "127.0.0.1:8000";
-    if (strpbrk(upstream, " \t{}\n#") || (https_port && strspn(https_port, "0123456789") !=
-                                                            strlen(https_port)))
+    if (strpbrk(upstream, " \t{}\n#") ||
+        (https_port && strspn(https_port, "0123456789") != strlen(https_port)))
         return cli_usage(err, "caddy-config: bad --upstream or --https-port");
     if (e2b) {
         if (!domain_ok(e2b) || vhost)

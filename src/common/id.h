@@ -7,7 +7,7 @@
 #define ID_HEX_LEN     64 /* sandbox ids: 256 random bits as hex */
 #define ULID_LEN       26
 #define TOKEN_PREFIX   "sbx_"
-#define E2B_KEY_PREFIX "e2b_" /* API keys for E2B's clients: the same length and hash */
+#define E2B_KEY_PREFIX "e2b_"   /* API keys for E2B's clients: the same length and hash */
 #define TOKEN_LEN      (4 + 64) /* "sbx_" + 256 random bits as hex */
 #define TOKEN_HASH_LEN 64       /* SHA-256 as hex */
 

@@ -61,8 +61,8 @@ int e2b_string_map(json_t *body, const char *name, json_t **out, err_t *err)
     json_object_foreach(m, k, v)
     {
         if (!json_is_string(v) || strlen(k) > 1024 || json_string_length(v) > 65536)
-            return err_set(err, ERR_INVALID, 0, "invalid_field",
-                           "'%s' must map names to strings", name);
+            return err_set(err, ERR_INVALID, 0, "invalid_field", "'%s' must map names to strings",
+                           name);
     }
     *out = m;
     return 0;
@@ -84,8 +84,7 @@ void e2b_box_clear(struct e2b_box *b)
 }
 
 /* The record, the owner and the life of the row's sandbox; an ended one is forgotten. */
-static int load(api_req_t *r, int64_t owner_id, const char *e2b_id, struct e2b_box *b,
-                err_t *err)
+static int load(api_req_t *r, int64_t owner_id, const char *e2b_id, struct e2b_box *b, err_t *err)
 {
     memset(b, 0, sizeof(*b));
     if (!e2b_id_valid(e2b_id) || store_e2b_get(r->api->store, owner_id, e2b_id, &b->rec, err) < 0)
@@ -126,8 +125,8 @@ static int awake(api_req_t *r, struct e2b_box *b, err_t *err)
 int e2b_box_envd(api_req_t *r, struct e2b_box *b, bool allow_signed, err_t *err)
 {
     if (load(r, -1, r->e2b_id, b, err) < 0)
-        return err_set(err, ERR_BAD_GATEWAY, 0, "sandbox_not_found",
-                       "the sandbox %s was not found", r->e2b_id);
+        return err_set(err, ERR_BAD_GATEWAY, 0, "sandbox_not_found", "the sandbox %s was not found",
+                       r->e2b_id);
     const char *tok = api_header(r, "X-Access-Token");
     b->token_ok = !b->rec.access_token[0] || (tok && token_equal(tok, b->rec.access_token));
     if (!b->token_ok && !allow_signed) {
@@ -157,9 +156,8 @@ static unsigned envd_status(const api_req_t *r, const err_t *err)
 /* A streaming RPC's error: 200 and one end-of-stream envelope holding it. */
 static void stream_error(api_req_t *r, const char *code, const char *detail)
 {
-    _cleanup_json_ json_t *end =
-        json_pack("{s:{s:s, s:o}}", "error", "code", code, "message",
-                  json_string_lossy(detail, strlen(detail)));
+    _cleanup_json_ json_t *end = json_pack("{s:{s:s, s:o}}", "error", "code", code, "message",
+                                           json_string_lossy(detail, strlen(detail)));
     _cleanup_free_ char *text = json_dump_compact(end);
     size_t n = strlen(text);
     buf_t b = {0};

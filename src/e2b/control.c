@@ -49,11 +49,10 @@ static json_t *listed_json(const struct e2b_box *b)
     json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:I, s:I, s:O, s:s, s:s}",
                           "templateID", b->rec.template_id, "alias", b->rec.template_id,
                           "sandboxID", b->rec.e2b_id, "clientID", "sandboxer", "startedAt",
-                          e2b_time_json(b->rec.started_at), "endAt", e2b_time_json(end),
-                          "cpuCount", (int)fmax(1, ceil(l->cpus)), "memoryMB",
-                          (json_int_t)(l->memory >> 20), "diskSizeMB", (json_int_t)(l->disk >> 20),
-                          "metadata", b->rec.metadata, "state", state_of(l), "envdVersion",
-                          E2B_ENVD_VERSION);
+                          e2b_time_json(b->rec.started_at), "endAt", e2b_time_json(end), "cpuCount",
+                          (int)fmax(1, ceil(l->cpus)), "memoryMB", (json_int_t)(l->memory >> 20),
+                          "diskSizeMB", (json_int_t)(l->disk >> 20), "metadata", b->rec.metadata,
+                          "state", state_of(l), "envdVersion", E2B_ENVD_VERSION);
     json_object_set_new(j, "volumeMounts", json_array());
     return j;
 }
@@ -66,10 +65,9 @@ static json_t *detail_json(api_req_t *r, const struct e2b_box *b)
     const char *domain = r->api->cfg.e2b_domain;
     json_object_set_new(j, "domain", domain ? json_string(domain) : json_null());
     json_object_set_new(j, "allowInternetAccess", json_null());
-    json_object_set_new(
-        j, "lifecycle",
-        json_pack("{s:b, s:s}", "autoResume", b->life.auto_wake, "onTimeout",
-                  b->life.action == SBX_END_HIBERNATE ? "pause" : "kill"));
+    json_object_set_new(j, "lifecycle",
+                        json_pack("{s:b, s:s}", "autoResume", b->life.auto_wake, "onTimeout",
+                                  b->life.action == SBX_END_HIBERNATE ? "pause" : "kill"));
     json_object_set_new(j, "network",
                         json_pack("{s:b}", "allowPublicTraffic", b->rec.public_traffic));
     return j;
@@ -141,7 +139,8 @@ static int decode_create(json_t *body, struct create_req *q, err_t *err)
                        tpl ? "templateID must be a string of 1-128 characters"
                            : "templateID is required");
     q->template_id = json_string_value(tpl);
-    if (refuse_unsupported(body, err) < 0 || timeout_of(body, DEFAULT_TIMEOUT, &q->timeout, err) < 0 ||
+    if (refuse_unsupported(body, err) < 0 ||
+        timeout_of(body, DEFAULT_TIMEOUT, &q->timeout, err) < 0 ||
         bool_of(body, "autoPause", 0, &q->auto_pause, err) < 0 ||
         bool_of(resume, "enabled", 0, &q->auto_resume, err) < 0 ||
         bool_of(body, "secure", 1, &q->secure, err) < 0 ||
@@ -356,8 +355,8 @@ int e2b_h_connect(api_req_t *r, err_t *err)
     json_t *body _cleanup_json_ = NULL;
     struct e2b_box b;
     int64_t t;
-    if (api_body_object(r, true, &body, err) < 0 || timeout_of(body, DEFAULT_TIMEOUT, &t, err) < 0 ||
-        route_box(r, &b, err) < 0)
+    if (api_body_object(r, true, &body, err) < 0 ||
+        timeout_of(body, DEFAULT_TIMEOUT, &t, err) < 0 || route_box(r, &b, err) < 0)
         return -1;
     bool paused = e2b_state_paused(&b.life);
     double end = now_unix() + (double)t;
@@ -376,8 +375,8 @@ int e2b_h_resume(api_req_t *r, err_t *err)
     json_t *body _cleanup_json_ = NULL;
     struct e2b_box b;
     int64_t t;
-    if (api_body_object(r, true, &body, err) < 0 || timeout_of(body, DEFAULT_TIMEOUT, &t, err) < 0 ||
-        route_box(r, &b, err) < 0)
+    if (api_body_object(r, true, &body, err) < 0 ||
+        timeout_of(body, DEFAULT_TIMEOUT, &t, err) < 0 || route_box(r, &b, err) < 0)
         return -1;
     int rc = e2b_state_paused(&b.life)
                  ? resume(r, &b, err)

@@ -36,11 +36,10 @@ static json_t *fork_one(api_req_t *r, struct e2b_box *b, int64_t timeout)
     struct e2b_box cb;
     int rc = sbx_fork(r->api->sbx, &r->user, b->rec.sandbox_id, label, NULL, &child, &err);
     const char *sid = rc == 0 ? json_string_value(json_object_get(child, "id")) : NULL;
-    if (rc == 0 &&
-        (e2b_adopt(r, sid, e2b_id, b->rec.template_id, b->rec.metadata, b->rec.env,
-                   b->rec.access_token[0] != '\0', b->rec.public_traffic, timeout,
-                   b->life.action == SBX_END_HIBERNATE, b->life.auto_wake, &err) < 0 ||
-         e2b_box_get(r, e2b_id, &cb, &err) < 0)) {
+    if (rc == 0 && (e2b_adopt(r, sid, e2b_id, b->rec.template_id, b->rec.metadata, b->rec.env,
+                              b->rec.access_token[0] != '\0', b->rec.public_traffic, timeout,
+                              b->life.action == SBX_END_HIBERNATE, b->life.auto_wake, &err) < 0 ||
+                    e2b_box_get(r, e2b_id, &cb, &err) < 0)) {
         json_t *none = NULL;
         sbx_delete(r->api->sbx, &r->user, sid, &none, NULL);
         json_decref(none);

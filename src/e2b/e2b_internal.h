@@ -11,11 +11,11 @@
 #include "sandbox/sandbox.h"
 #include "store/store_e2b.h"
 
-#define E2B_ENVD_PORT    49983   /* the port E2B's SDKs reach envd on */
-#define E2B_READY_WAIT_MS 60000 /* a template's server, started at create, answers */
-#define E2B_ENVD_VERSION "0.6.3" /* the envd whose features the data plane implements */
-#define E2B_MAX_TIMEOUT  86400   /* seconds a sandbox may be given at most (E2B's Pro tier) */
-#define E2B_META_PREFIX  "user.e2b." /* file metadata: extended attributes under it */
+#define E2B_ENVD_PORT     49983       /* the port E2B's SDKs reach envd on */
+#define E2B_READY_WAIT_MS 60000       /* a template's server, started at create, answers */
+#define E2B_ENVD_VERSION  "0.6.3"     /* the envd whose features the data plane implements */
+#define E2B_MAX_TIMEOUT   86400       /* seconds a sandbox may be given at most (E2B's Pro tier) */
+#define E2B_META_PREFIX   "user.e2b." /* file metadata: extended attributes under it */
 
 /* ---- common.c: the sandbox a request names, replies, helpers ---- */
 

@@ -28,8 +28,7 @@
 /* ---- signatures ------------------------------------------------------------------------- */
 
 /* Check ?signature= (and ?signature_expiration=) of r for operation on the query's path. */
-static int check_signature(api_req_t *r, const struct e2b_box *b, const char *operation,
-                           err_t *err)
+static int check_signature(api_req_t *r, const struct e2b_box *b, const char *operation, err_t *err)
 {
     const char *sig = api_query(r, "signature"), *exp = api_query(r, "signature_expiration");
     const char *path = api_query(r, "path"), *user = api_query(r, "username");
@@ -39,11 +38,10 @@ static int check_signature(api_req_t *r, const struct e2b_box *b, const char *op
                        "missing signature query parameter");
     if (exp && !parse_int(exp, 0, 1LL << 40, &expires))
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid signature");
-    _cleanup_free_ char *raw =
-        exp ? xasprintf("%s:%s:%s:%s:%lld", path ? path : "", operation, user ? user : "",
-                        b->rec.access_token, expires)
-            : xasprintf("%s:%s:%s:%s", path ? path : "", operation, user ? user : "",
-                        b->rec.access_token);
+    _cleanup_free_ char *raw = exp ? xasprintf("%s:%s:%s:%s:%lld", path ? path : "", operation,
+                                               user ? user : "", b->rec.access_token, expires)
+                                   : xasprintf("%s:%s:%s:%s", path ? path : "", operation,
+                                               user ? user : "", b->rec.access_token);
     unsigned char md[SHA256_DIGEST_LENGTH];
     char b64[64], want[72];
     SHA256((const unsigned char *)raw, strlen(raw), md);
@@ -259,9 +257,10 @@ static int begin_file(struct upload *u, const char *path)
                            "upload request",
                            norm);
     }
-    struct agentc_file_req q = {.path = norm, .user = u->user.name, .mkdir = true, .truncate = true};
-    u->cur = sbx_file_write_begin(u->r->api->sbx, &u->box.owner, u->box.rec.sandbox_id, &q,
-                                  &u->err);
+    struct agentc_file_req q = {
+        .path = norm, .user = u->user.name, .mkdir = true, .truncate = true};
+    u->cur =
+        sbx_file_write_begin(u->r->api->sbx, &u->box.owner, u->box.rec.sandbox_id, &q, &u->err);
     if (!u->cur)
         return -1;
     snprintf(u->cur_name, sizeof(u->cur_name), "%s", path);
@@ -278,7 +277,8 @@ static int end_file(struct upload *u)
     int rc = sbx_file_write_end(u->cur, NULL, &u->err);
     sbx_files_close(u->cur);
     u->cur = NULL;
-    const char *path = json_string_value(json_array_get(u->written, json_array_size(u->written) - 1));
+    const char *path =
+        json_string_value(json_array_get(u->written, json_array_size(u->written) - 1));
     struct agentc_file_req q = {.path = path, .user = u->user.name};
     if (rc == 0 && u->attrs)
         rc = sbx_file_xattr_set(u->r->api->sbx, &u->box.owner, u->box.rec.sandbox_id, &q, u->attrs,

@@ -21,9 +21,9 @@
 
 static const char *file_type(const char *type)
 {
-    return !type                         ? "FILE_TYPE_UNSPECIFIED"
-           : strcmp(type, "file") == 0   ? "FILE_TYPE_FILE"
-           : strcmp(type, "dir") == 0    ? "FILE_TYPE_DIRECTORY"
+    return !type                          ? "FILE_TYPE_UNSPECIFIED"
+           : strcmp(type, "file") == 0    ? "FILE_TYPE_FILE"
+           : strcmp(type, "dir") == 0     ? "FILE_TYPE_DIRECTORY"
            : strcmp(type, "symlink") == 0 ? "FILE_TYPE_SYMLINK"
                                           : "FILE_TYPE_UNSPECIFIED";
 }
@@ -84,12 +84,13 @@ json_t *e2b_entry_info(api_req_t *r, struct e2b_box *b, json_t *info, json_t *me
     json_t *uid = json_object_get(info, "uid"), *gid = json_object_get(info, "gid");
     e2b_owner_names(r, b, uid ? json_integer_value(uid) : -1, gid ? json_integer_value(gid) : -1,
                     owner, sizeof(owner), group, sizeof(group));
-    snprintf(size, sizeof(size), "%lld", (long long)json_integer_value(json_object_get(info, "size")));
-    json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:o}", "name", name ? name : "",
-                          "type", file_type(link ? target_type : type), "path", path ? path : "",
-                          "size", size, "mode", (int)(mode & 0777), "permissions", perms, "owner",
-                          owner, "group", group, "modifiedTime",
-                          e2b_time_json(json_number_value(json_object_get(info, "mtime"))));
+    snprintf(size, sizeof(size), "%lld",
+             (long long)json_integer_value(json_object_get(info, "size")));
+    json_t *e =
+        json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:o}", "name", name ? name : "", "type",
+                  file_type(link ? target_type : type), "path", path ? path : "", "size", size,
+                  "mode", (int)(mode & 0777), "permissions", perms, "owner", owner, "group", group,
+                  "modifiedTime", e2b_time_json(json_number_value(json_object_get(info, "mtime"))));
     const char *target = json_string_value(json_object_get(info, "link_target"));
     if (link && target)
         json_object_set_new(e, "symlinkTarget", link_target(path ? path : "/", target));
@@ -135,9 +136,9 @@ static int prologue(api_req_t *r, json_t **msg, struct e2b_box *b, struct e2b_us
         return -1;
     json_t *p = e2b_rpc_get(*msg, member, NULL);
     if (e2b_user_of(r, b, NULL, u, err) < 0 ||
-        (!json_is_string(p) ? err_set(err, ERR_INVALID, 0, "invalid_argument", "%s is required",
-                                      member)
-                            : e2b_resolve_path(u, json_string_value(p), path, err)) < 0) {
+        (!json_is_string(p)
+             ? err_set(err, ERR_INVALID, 0, "invalid_argument", "%s is required", member)
+             : e2b_resolve_path(u, json_string_value(p), path, err)) < 0) {
         e2b_box_clear(b);
         return -1;
     }
@@ -206,9 +207,9 @@ int e2b_rpc_fs_move(api_req_t *r, err_t *err)
     if (prologue(r, &msg, &b, &u, "source", from, err) < 0)
         return -1;
     json_t *dst = e2b_rpc_get(msg, "destination", NULL);
-    int rc = !json_is_string(dst) ? err_set(err, ERR_INVALID, 0, "invalid_argument",
-                                            "destination is required")
-                                  : e2b_resolve_path(&u, json_string_value(dst), to, err);
+    int rc = !json_is_string(dst)
+                 ? err_set(err, ERR_INVALID, 0, "invalid_argument", "destination is required")
+                 : e2b_resolve_path(&u, json_string_value(dst), to, err);
     snprintf(parent, sizeof(parent), "%.*s", (int)(strrchr(to, '/') - to), to);
     struct agentc_file_req mk = {.path = parent[0] ? parent : "/", .user = u.name, .parents = true};
     struct agentc_file_req q = {.path = from, .user = u.name, .to = to};

@@ -54,8 +54,8 @@ static json_t *end_event(const struct agentc_proc *p)
     char status[64];
     status_text(p, status, sizeof(status));
     bool failed = p->signal || p->exit_code != 0;
-    json_t *end = json_pack("{s:i, s:b, s:s}", "exitCode", p->signal ? -1 : p->exit_code,
-                            "exited", p->signal == 0, "status", status);
+    json_t *end = json_pack("{s:i, s:b, s:s}", "exitCode", p->signal ? -1 : p->exit_code, "exited",
+                            p->signal == 0, "status", status);
     if (failed)
         json_object_set_new(end, "error", json_string(status));
     return event("end", end);
@@ -96,9 +96,9 @@ static bool send_output(struct e2b_stream *st, struct follow *f, const struct ag
         const struct agentc_output_chunk *c = &o->chunks[i];
         const char *kind = f->tty ? "pty" : c->stream == 2 ? "stderr" : "stdout";
         /* DataEvent's oneof output: its member (stdout, stderr or pty) is the JSON field */
-        if (!e2b_rpc_send(st, event("data", json_pack("{s:o}", kind,
-                                                      e2b_base64_json(o->data.data + c->off,
-                                                                      c->len)))))
+        if (!e2b_rpc_send(st,
+                          event("data", json_pack("{s:o}", kind,
+                                                  e2b_base64_json(o->data.data + c->off, c->len)))))
             return false;
         f->cursor += c->len;
     }

@@ -41,8 +41,8 @@ static json_t *process_info(json_t *rec)
         if (i > 0)
             json_array_append(args, v);
     }
-    json_t *config = json_pack("{s:O, s:o, s:{}}", "cmd", json_array_get(argv, 0), "args", args,
-                               "envs");
+    json_t *config =
+        json_pack("{s:O, s:o, s:{}}", "cmd", json_array_get(argv, 0), "args", args, "envs");
     json_t *info = json_pack("{s:o, s:O}", "config", config, "pid", json_object_get(rec, "pid"));
     json_t *tag = json_object_get(rec, "tag");
     if (json_is_string(tag))
@@ -90,8 +90,8 @@ static int write_stdin(api_req_t *r, struct e2b_box *b, pid_t pid, const buf_t *
 {
     size_t off = 0;
     do {
-        size_t n = data->len - off > AGENT_PROCS_STDIN_MAX ? AGENT_PROCS_STDIN_MAX
-                                                           : data->len - off;
+        size_t n =
+            data->len - off > AGENT_PROCS_STDIN_MAX ? AGENT_PROCS_STDIN_MAX : data->len - off;
         json_t *out = NULL;
         bool last = off + n == data->len;
         if ((n || (eof && last)) &&
@@ -145,9 +145,10 @@ static int signal_of(json_t *v)
         return json_integer_value(v) == SIGKILL || json_integer_value(v) == SIGTERM
                    ? (int)json_integer_value(v)
                    : 0;
-    return !s ? 0 : strcmp(s, "SIGNAL_SIGKILL") == 0 ? SIGKILL
-                  : strcmp(s, "SIGNAL_SIGTERM") == 0 ? SIGTERM
-                                                     : 0;
+    return !s                                 ? 0
+           : strcmp(s, "SIGNAL_SIGKILL") == 0 ? SIGKILL
+           : strcmp(s, "SIGNAL_SIGTERM") == 0 ? SIGTERM
+                                              : 0;
 }
 
 int e2b_rpc_process_send_signal(api_req_t *r, err_t *err)

@@ -175,8 +175,8 @@ static const struct route *port_route(api_req_t *r, bool *known)
     const char *tok = api_header(r, "e2b-traffic-access-token");
     if (!tok)
         tok = api_header(r, "X-Access-Token");
-    bool ok = rec.public_traffic ||
-              (rec.access_token[0] && tok && token_equal(tok, rec.access_token));
+    bool ok =
+        rec.public_traffic || (rec.access_token[0] && tok && token_equal(tok, rec.access_token));
     bool found = ok && store_user_get_by_id(r->api->store, rec.owner_id, &r->user, NULL) == 0;
     char *path = xasprintf("/sandboxes/%s/proxy%s", rec.sandbox_id, r->path);
     store_e2b_rec_clear(&rec);

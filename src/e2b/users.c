@@ -153,8 +153,8 @@ int e2b_user_of(api_req_t *r, struct e2b_box *b, const char *username, struct e2
     databases(r, b, &passwd, &group);
     char uid[32];
     bool numeric = strspn(u->name, "0123456789") == strlen(u->name);
-    bool found = lookup(&passwd, numeric ? 2 : 0, u->name, 5, u->home, sizeof(u->home), 0, uid,
-                        sizeof(uid));
+    bool found =
+        lookup(&passwd, numeric ? 2 : 0, u->name, 5, u->home, sizeof(u->home), 0, uid, sizeof(uid));
     if (found && numeric)
         snprintf(u->name, sizeof(u->name), "%s", uid); /* the name of that uid */
     buf_free(&passwd);

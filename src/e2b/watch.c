@@ -16,9 +16,9 @@
 
 #define WATCH_STEP_MS   1000
 #define WATCH_LATER_MS  250
-#define WATCHERS_MAX    64      /* CreateWatcher's watches, all sandboxes together */
-#define WATCHER_IDLE_MS 600000  /* one not asked for events this long is removed */
-#define EVENTS_MAX      10000   /* events one GetWatcherEvents answers at most */
+#define WATCHERS_MAX    64     /* CreateWatcher's watches, all sandboxes together */
+#define WATCHER_IDLE_MS 600000 /* one not asked for events this long is removed */
+#define EVENTS_MAX      10000  /* events one GetWatcherEvents answers at most */
 
 static const char *event_type(const char *t)
 {
@@ -31,14 +31,14 @@ static const char *event_type(const char *t)
 }
 
 /* A FilesystemEvent for the agent's {name, type} under root (with its entry if asked). */
-static json_t *fs_event(api_req_t *r, struct e2b_box *b, const struct e2b_user *u,
-                        const char *root, json_t *e, bool include_entry)
+static json_t *fs_event(api_req_t *r, struct e2b_box *b, const struct e2b_user *u, const char *root,
+                        json_t *e, bool include_entry)
 {
     const char *name = json_string_value(json_object_get(e, "name"));
     const char *type = json_string_value(json_object_get(e, "type"));
     json_t *ev = json_pack("{s:s, s:s}", "name", name, "type", event_type(type));
-    if (include_entry && (strcmp(type, "create") == 0 || strcmp(type, "write") == 0 ||
-                          strcmp(type, "chmod") == 0)) {
+    if (include_entry &&
+        (strcmp(type, "create") == 0 || strcmp(type, "write") == 0 || strcmp(type, "chmod") == 0)) {
         char path[AGENT_PATH_MAX * 2];
         struct agentc_file_req q = {.path = path, .user = u->name};
         json_t *info _cleanup_json_ = NULL;
@@ -71,10 +71,9 @@ static int open_watch(api_req_t *r, struct watch_req *q, err_t *err)
     struct agentc_file_req fq = {.path = q->path, .user = q->user.name};
     if (e2b_user_of(r, &q->box, NULL, &q->user, err) < 0 ||
         (!json_is_string(p) ? err_set(err, ERR_INVALID, 0, "invalid_argument", "path is required")
-                            : e2b_resolve_path(&q->user, json_string_value(p), q->path, err)) <
-            0 ||
-        !(q->w = sbx_fswatch_open(r->api->sbx, &q->box.owner, q->box.rec.sandbox_id, &fq,
-                                  recursive, err))) {
+                            : e2b_resolve_path(&q->user, json_string_value(p), q->path, err)) < 0 ||
+        !(q->w = sbx_fswatch_open(r->api->sbx, &q->box.owner, q->box.rec.sandbox_id, &fq, recursive,
+                                  err))) {
         e2b_box_clear(&q->box);
         return -1;
     }
@@ -281,8 +280,8 @@ int e2b_rpc_fs_get_watcher_events(api_req_t *r, err_t *err)
     size_t i;
     json_array_foreach(events, i, e)
     {
-        json_array_append_new(out, fs_event(r, &w->q.box, &w->q.user, w->q.path, e,
-                                            w->q.include_entry));
+        json_array_append_new(out,
+                              fs_event(r, &w->q.box, &w->q.user, w->q.path, e, w->q.include_entry));
     }
     pthread_mutex_unlock(&w->lock);
     e2b_rpc_reply(r, json_pack("{s:o}", "events", out));

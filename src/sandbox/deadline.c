@@ -24,9 +24,9 @@ int sbx_set_deadline(sbx_mgr_t *m, const user_t *owner, const char *key, double 
     sandbox_rec_t r;
     if (sbx_lookup(m, owner, key, &r, err) < 0)
         return -1;
-    json_t *v = end_at > 0 ? json_pack("{s:f, s:s}", "end_at", end_at, "action",
-                                       action_name(action))
-                           : NULL;
+    json_t *v = end_at > 0
+                    ? json_pack("{s:f, s:s}", "end_at", end_at, "action", action_name(action))
+                    : NULL;
     int rc = r.status == SBX_TERMINATED
                  ? err_set(err, ERR_NOT_FOUND, 0, "sandbox_not_found", "no such sandbox")
                  : store_sandbox_set_spec_field(m->store, r.id, "deadline", v, err);
@@ -100,9 +100,8 @@ static void end_one(sbx_mgr_t *m, const char *id, double now)
             rc = sbx_hibernate(m, &owner, r.id, &out, &err);
         else if (action == SBX_END_DELETE)
             rc = sbx_delete(m, &owner, r.id, &out, &err);
-        log_msg(rc < 0 ? LOG_WARN : LOG_INFO, "sandbox.deadline",
-                "sandbox=%s action=%s%s%s", r.id, action_name(action), rc < 0 ? " code=" : "",
-                rc < 0 ? err.code : "");
+        log_msg(rc < 0 ? LOG_WARN : LOG_INFO, "sandbox.deadline", "sandbox=%s action=%s%s%s", r.id,
+                action_name(action), rc < 0 ? " code=" : "", rc < 0 ? err.code : "");
         /* A hibernation that failed (last_error says why, the sandbox runs on) is not tried
          * again; one that worked keeps its deadline, the time it went to sleep. */
         if (rc < 0 && action == SBX_END_HIBERNATE)

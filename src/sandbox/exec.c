@@ -265,8 +265,7 @@ int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int po
     return 0;
 }
 
-int sbx_wait_serving(sbx_mgr_t *m, const user_t *owner, const char *key, int timeout_ms,
-                     err_t *err)
+int sbx_wait_serving(sbx_mgr_t *m, const user_t *owner, const char *key, int timeout_ms, err_t *err)
 {
     sandbox_rec_t r;
     if (sbx_lookup(m, owner, key, &r, err) < 0)

@@ -166,8 +166,7 @@ static int reconnect(struct sbx_fswatch *w, err_t *err)
     return rc;
 }
 
-int sbx_fswatch_next(sbx_fswatch_t *w, int wait_ms, json_t *events, uint64_t *dropped,
-                     err_t *err)
+int sbx_fswatch_next(sbx_fswatch_t *w, int wait_ms, json_t *events, uint64_t *dropped, err_t *err)
 {
     if (w->fd < 0) {
         int rc = reconnect(w, err);

@@ -334,8 +334,7 @@ sbx_fswatch_t *sbx_fswatch_open(sbx_mgr_t *m, const user_t *owner, const char *k
 /* Wait up to wait_ms for events, appended to events ({name, type}; *dropped counts those
  * lost): 0; SBX_FOLLOW_LATER when the sandbox cannot be watched now (asleep, changing: try
  * again later); -1 with err once it cannot go on (the sandbox ended, the directory went). */
-int sbx_fswatch_next(sbx_fswatch_t *w, int wait_ms, json_t *events, uint64_t *dropped,
-                     err_t *err);
+int sbx_fswatch_next(sbx_fswatch_t *w, int wait_ms, json_t *events, uint64_t *dropped, err_t *err);
 /* End the watch (NULL is fine). */
 void sbx_fswatch_close(sbx_fswatch_t *w);
 

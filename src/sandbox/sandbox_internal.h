@@ -19,8 +19,8 @@ struct sbx_live {
     pid_t init_pid;
     int shim_pidfd;
     atomic_int execs;
-    atomic_int changing; /* lifecycle changes waiting for the write lock: followers of
-                            background output let go of the read lock for them */
+    atomic_int changing;          /* lifecycle changes waiting for the write lock: followers of
+                                     background output let go of the read lock for them */
     pthread_mutex_t fswatch_lock; /* guards the open directory watches (fswatch.c) */
     int fswatch_fds[SBX_FSWATCH_MAX];
     size_t nfswatch;

@@ -8,7 +8,7 @@
 #include "store_internal.h"
 
 #define E2B_COLS                                                                                   \
-    "e2b_id, sandbox_id, owner_id, template_id, metadata, env, access_token, public_traffic, "    \
+    "e2b_id, sandbox_id, owner_id, template_id, metadata, env, access_token, public_traffic, "     \
     "started_at"
 
 /* A JSON object from column col (an empty one if it is not one). */
@@ -46,8 +46,8 @@ int store_e2b_insert(store_t *s, const e2b_sandbox_rec_t *r, err_t *err)
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
-    if (store_prepare(s, "INSERT INTO e2b_sandboxes (" E2B_COLS ") VALUES (?,?,?,?,?,?,?,?,?)",
-                      &st, err) < 0)
+    if (store_prepare(s, "INSERT INTO e2b_sandboxes (" E2B_COLS ") VALUES (?,?,?,?,?,?,?,?,?)", &st,
+                      err) < 0)
         return -1;
     sqlite3_bind_text(st, 1, r->e2b_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->sandbox_id, -1, SQLITE_TRANSIENT);
@@ -90,13 +90,12 @@ int store_e2b_get(store_t *s, int64_t owner_id, const char *e2b_id, e2b_sandbox_
     return one_row(s, st, out, err);
 }
 
-int store_e2b_get_by_sandbox(store_t *s, const char *sandbox_id, e2b_sandbox_rec_t *out,
-                             err_t *err)
+int store_e2b_get_by_sandbox(store_t *s, const char *sandbox_id, e2b_sandbox_rec_t *out, err_t *err)
 {
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
-    if (store_prepare(s, "SELECT " E2B_COLS " FROM e2b_sandboxes WHERE sandbox_id = ?", &st,
-                      err) < 0)
+    if (store_prepare(s, "SELECT " E2B_COLS " FROM e2b_sandboxes WHERE sandbox_id = ?", &st, err) <
+        0)
         return -1;
     sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_TRANSIENT);
     return one_row(s, st, out, err);
