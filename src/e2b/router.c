@@ -2,8 +2,8 @@
  * Which requests are E2B's, and the routes that serve them (docs/e2b.md, "Dialects").
  *
  * - The control plane: the host api.<domain> (the --e2b-domain), or any request that carries
- *   X-API-KEY and no Sandboxer token (E2B_API_URL pointed at the daemon itself). Its routes
- *   need an E2B API key; our own routes are never served there.
+ *   an E2B key (e2b_...) as X-API-KEY and no Sandboxer token (E2B_API_URL pointed at the
+ *   daemon itself). Its routes need an E2B API key; our own routes are never served there.
  * - A sandbox: the host <port>-<sandbox id>.<domain>, as E2B's SDKs build it, or (E2B's
  *   E2B_SANDBOX_URL) the headers E2b-Sandbox-Id and E2b-Sandbox-Port. Port 49983 is its envd,
  *   served here; any other port goes to our inbound proxy, as the sandbox's owner when its
@@ -191,6 +191,13 @@ static const struct route *port_route(api_req_t *r, bool *known)
     return api_route_find(r->method, r->path, strlen(r->path), &r->params, known);
 }
 
+/* An X-API-KEY that is an E2B key (e2b_...): our own tokens there stay our API's business. */
+static bool e2b_key_header(api_req_t *r)
+{
+    const char *key = api_header(r, "X-API-KEY");
+    return key && strncmp(key, "e2b_", 4) == 0;
+}
+
 static bool api_host(api_req_t *r, const char *label)
 {
     return label && strcmp(label, "api") == 0;
@@ -211,7 +218,7 @@ bool e2b_route(api_req_t *r, const struct route **route, bool *known)
             r->sandbox_origin = true;
             r->origin_host = xstrndup(host, strcspn(host, ":"));
         }
-    } else if (below || (api_header(r, "X-API-KEY") && !api_has_token(r))) {
+    } else if (below || (e2b_key_header(r) && !api_has_token(r))) {
         /* Every other host below the domain is no sandbox's and never ours (docs/security.md):
            E2B's control plane answers there, with its 404s. */
         r->dialect = API_E2B_CONTROL;

@@ -107,9 +107,14 @@ def test_e2b_keys_are_their_own_kind(tpl_daemon, e2b_users):
     # an E2B key is no bearer token, and a bearer token is no E2B key
     r = httpx.get(d.url + "/sandboxes", headers={"Authorization": f"Bearer {key}"}, timeout=30)
     assert r.status_code == 401, r.text
-    r = httpx.get(d.url + "/v2/sandboxes", headers={"X-API-KEY": d.admin_token}, timeout=30)
+    api = {"Host": f"api.{E2B_DOMAIN}"}
+    r = httpx.get(d.url + "/v2/sandboxes", headers={"X-API-KEY": d.admin_token, **api},
+                  timeout=30)
     assert r.status_code == 401, r.text
     assert set(r.json()) == {"code", "message"} and r.json()["code"] == 401
+    # without E2B's host, an X-API-KEY that is no E2B key leaves a request to our own API
+    r = httpx.get(d.url + "/healthz", headers={"X-API-KEY": d.admin_token}, timeout=30)
+    assert r.status_code == 200, r.text
     r = httpx.get(d.url + "/v2/sandboxes", headers={"X-API-KEY": "e2b_" + "0" * 64}, timeout=30)
     assert r.status_code == 401 and r.json()["code"] == 401, r.text
     r = httpx.post(d.url + "/auth/tokens", json={"user": "e2b-kind", "kind": "nope"},
