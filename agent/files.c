@@ -180,6 +180,8 @@ json_t *files_stat_json(const struct stat *st, const char *path)
     json_object_set_new(j, "mode", json_string(mode));
     json_object_set_new(j, "mtime",
                         json_real((double)st->st_mtim.tv_sec + st->st_mtim.tv_nsec / 1e9));
+    json_object_set_new(j, "uid", json_integer(st->st_uid));
+    json_object_set_new(j, "gid", json_integer(st->st_gid));
     return j;
 }
 
@@ -221,12 +223,18 @@ json_t *files_info_json(int dirfd, const char *name, const char *path)
 
 static const struct jfield stat_fields[] = {F_PATH, F_USER};
 static const struct jfield read_fields[] = {F_PATH, F_USER, F_OFFSET(offset), F_OFFSET(length)};
-static const struct jfield write_fields[] = {F_PATH, F_USER, F_MODE, F_BOOL(mkdir), F_BOOL(append)};
+static const struct jfield write_fields[] = {F_PATH,        F_USER,         F_MODE,
+                                             F_BOOL(mkdir), F_BOOL(append), F_BOOL(truncate)};
 static const struct jfield delete_fields[] = {F_PATH, F_USER, F_BOOL(recursive)};
 static const struct jfield mkdir_fields[] = {F_PATH, F_USER, F_MODE, F_BOOL(parents)};
 static const struct jfield rename_fields[] = {FIELD("from", JF_STRING, true, path, 65536),
                                               FIELD("to", JF_STRING, true, to, 65536), F_USER,
                                               F_BOOL(overwrite)};
+static const struct jfield watch_fields[] = {F_PATH, F_USER, F_BOOL(recursive)};
+static const struct jfield xattr_set_fields[] = {F_PATH, F_USER,
+                                                 FIELD("attrs", JF_OBJECT, true, attrs, 0)};
+static const struct jfield xattr_get_fields[] = {FIELD("paths", JF_ARRAY, true, paths, 0), F_USER,
+                                                 FIELD("prefix", JF_STRING, true, prefix, 64)};
 
 /* The command table: request type → accepted members → handler. */
 static const struct file_op {
@@ -242,6 +250,9 @@ static const struct file_op {
     {AGENT_DELETE, delete_fields, ARRAY_SIZE(delete_fields), files_do_delete},
     {AGENT_MKDIR, mkdir_fields, ARRAY_SIZE(mkdir_fields), files_do_mkdir},
     {AGENT_RENAME, rename_fields, ARRAY_SIZE(rename_fields), files_do_rename},
+    {AGENT_WATCH, watch_fields, ARRAY_SIZE(watch_fields), files_do_watch},
+    {AGENT_XATTR_SET, xattr_set_fields, ARRAY_SIZE(xattr_set_fields), files_do_xattr_set},
+    {AGENT_XATTR_GET, xattr_get_fields, ARRAY_SIZE(xattr_get_fields), files_do_xattr_get},
 };
 
 bool agent_files_handles(uint8_t type)
@@ -278,7 +289,8 @@ static void decode(struct session *s, const struct file_op *op, const char *payl
         files_fail(s, "invalid", "%s", err.msg);
     if (r->mode_str && !(r->has_mode = parse_mode(r->mode_str, &r->mode)))
         files_fail(s, "invalid", "mode must be 1 to 4 octal digits, like \"0644\"");
-    normalize(s, r->path, r->norm, op->type == AGENT_RENAME ? "from" : "path");
+    if (r->path) /* XATTR_GET names its paths in a list */
+        normalize(s, r->path, r->norm, op->type == AGENT_RENAME ? "from" : "path");
     if (r->to)
         normalize(s, r->to, r->norm_to, "to");
 }
@@ -333,7 +345,7 @@ void agent_files_serve(struct session *s, uint8_t type, const char *payload, siz
     _cleanup_json_ json_t *obj = NULL;
     struct file_req *r = xcalloc(1, sizeof(*r));
     r->length = -1;
-    r->mkdir = r->append = r->recursive = r->parents = r->overwrite = -1;
+    r->mkdir = r->append = r->recursive = r->parents = r->overwrite = r->truncate = -1;
     decode(s, op, payload, len, r, &obj);
     become_user(s, r->user);
     op->run(s, r);

@@ -21,6 +21,9 @@ struct file_req {
     const char *path, *to, *user, *mode_str;          /* borrowed from the request's JSON */
     int64_t offset, length;                           /* READ; length -1: to the end */
     int mkdir, append, recursive, parents, overwrite; /* JSON booleans; -1 when absent */
+    int truncate;          /* WRITE in place: the target truncated, not replaced (-1: absent) */
+    json_t *attrs, *paths; /* XATTR_SET's names and values, XATTR_GET's paths (borrowed) */
+    const char *prefix;    /* XATTR_GET: the names returned start with it */
     bool has_mode;
     unsigned mode;                /* mode_str parsed: permission bits, at most 07777 */
     char norm[AGENT_PATH_MAX];    /* path, normalised */
@@ -51,6 +54,8 @@ void files_consume(struct session *s, size_t n);
 void files_temp_arm(int dirfd, const char *name);
 void files_temp_disarm(void);
 
+/* Send OK {"path"} (files_write.c). */
+void files_send_ok(struct session *s, const char *path);
 /* The FILE_INFO object of a stat: name and path from path, type, is_dir, size, mode, mtime. */
 json_t *files_stat_json(const struct stat *st, const char *path);
 /* files_stat_json of name in dirfd without following a final symlink, plus for a symlink its
@@ -61,6 +66,13 @@ json_t *files_info_json(int dirfd, const char *name, const char *path);
 void files_do_stat(struct session *s, struct file_req *r);
 void files_do_list(struct session *s, struct file_req *r);
 void files_do_read(struct session *s, struct file_req *r);
+
+/* files_watch.c */
+void files_do_watch(struct session *s, struct file_req *r);
+
+/* files_xattr.c */
+void files_do_xattr_set(struct session *s, struct file_req *r);
+void files_do_xattr_get(struct session *s, struct file_req *r);
 
 /* files_write.c */
 void files_do_write(struct session *s, struct file_req *r);

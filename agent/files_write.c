@@ -43,6 +43,11 @@ static void send_ok(struct session *s, const char *path, int64_t size, bool read
     files_send_json(s, AGENT_OK, j);
 }
 
+void files_send_ok(struct session *s, const char *path)
+{
+    send_ok(s, path, -1, false);
+}
+
 /* mkdir every ancestor of the normalised path (not the path itself); existing ones are fine. */
 static int make_parents(const char *path)
 {
@@ -169,15 +174,18 @@ static void prepare_temp(struct session *s, struct file_req *r, struct writing *
         files_fail_errno(s, errno, "chmod", w->t.path);
 }
 
-/* Appending: open the target itself (created if missing); not atomic, by nature. */
+/* Appending, or writing in place (truncate: what E2B's envd does, so a watcher sees the
+ * file written rather than replaced): open the target itself (created if missing); not
+ * atomic, by nature. */
 static void prepare_append(struct session *s, struct file_req *r, struct writing *w)
 {
     struct stat st;
     bool exists;
     check_target(s, w->dfd, &w->t, &st, &exists);
     unsigned mode = r->has_mode ? r->mode : DEFAULT_FILE;
-    w->fd = openat(w->dfd, w->t.base,
-                   O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+    int how = r->append == 1 ? O_APPEND : O_TRUNC;
+    w->fd = openat(w->dfd, w->t.base, O_WRONLY | how | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+                   mode);
     if (w->fd < 0 || fstat(w->fd, &st) < 0)
         files_fail_errno(s, errno, "open", w->t.path);
     if (!S_ISREG(st.st_mode))
@@ -209,7 +217,7 @@ static void commit(struct session *s, struct file_req *r, struct writing *w)
     w->fd = -1;
     if (rc < 0)
         files_fail_errno(s, errno, "close", w->t.path);
-    if (r->append == 1)
+    if (r->append == 1 || r->truncate == 1)
         return;
     if (renameat(w->dfd, w->tmp, w->dfd, w->t.base) < 0)
         files_fail_errno(s, errno, "rename onto", w->t.path);
@@ -257,7 +265,7 @@ void files_do_write(struct session *s, struct file_req *r)
     w.dfd = open(w.t.dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (w.dfd < 0)
         files_fail_errno(s, errno, "opening the directory", w.t.dir);
-    if (r->append == 1)
+    if (r->append == 1 || r->truncate == 1)
         prepare_append(s, r, &w);
     else
         prepare_temp(s, r, &w);

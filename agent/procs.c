@@ -160,6 +160,7 @@ char *procs_record(const struct proc *pr)
                   pr->tty, "stdin", pr->stdin_open && !pr->reaped, "status",
                   pr->done ? "exited" : "running", "started_at", pr->started_at, "output_start",
                   (json_int_t)pr->ring.start, "output_end", (json_int_t)pr->ring.end);
+    json_object_set_new(j, "timed_out", json_boolean(pr->timed_out));
     int sig = pr->done && WIFSIGNALED(pr->status) ? WTERMSIG(pr->status) : 0;
     int code = sig ? 128 + sig : WEXITSTATUS(pr->status);
     json_object_set_new(j, "exit_code", pr->done ? json_integer(code) : json_null());
@@ -269,8 +270,6 @@ static int take_extras(json_t *obj, char **tag, char **command, err_t *err)
     *command = c ? xstrdup(json_string_value(c)) : NULL;
     json_object_del(obj, "tag");
     json_object_del(obj, "command");
-    if (json_object_get(obj, "timeout_ms"))
-        return err_set(err, ERR_INVALID, 0, "invalid", "a background process takes no timeout_ms");
     return 0;
 }
 
@@ -284,6 +283,10 @@ static struct proc *new_proc(struct agent_procs *ps, struct exec_plan *p, char *
     pr->command = shown_command(command, p->argv);
     pr->tag = tag;
     pr->started_at = now_unix();
+    /* Wall-clock time, so that a deadline that passed while the sandbox slept (hibernated,
+     * or restored elsewhere) has passed when it wakes. */
+    if (p->timeout_ms > 0)
+        pr->kill_at = pr->started_at * 1000 + (double)p->timeout_ms;
     ring_init(&pr->ring, AGENT_PROCS_RING, PROCS_RING_RUNS);
     if (p->tty && !agent_env_get(p->env, "TERM"))
         agent_env_put(&p->env, "TERM=xterm");
@@ -341,6 +344,9 @@ int procs_stdin(struct proc *pr, const void *p, size_t n, bool eof, err_t *err)
         buf_append(&pr->in_q, p, n);
         pr->in_eof = eof;
         pr->stdin_open = !eof;
+        /* Nothing left to write: EOF now, as no POLLOUT will come to close it later. */
+        if (eof && pr->in_off >= pr->in_q.len)
+            close_fd(&pr->in_fd);
         return 0;
     }
     /* The keeper takes frames: STDIN in 64 KiB pieces, then STDIN_EOF (it types ^D). */
@@ -518,11 +524,29 @@ static void drain_now(struct agent_procs *ps, struct proc *pr)
     settle(ps, pr);
 }
 
+/* Kill pr's group if its timeout passed; the ms until it does (-1: no timeout pending). */
+static double timeout_check(struct proc *pr)
+{
+    if (pr->kill_at <= 0 || pr->reaped)
+        return -1;
+    double left = pr->kill_at - now_unix() * 1000;
+    if (left > 0)
+        return left;
+    pr->kill_at = 0;
+    pr->timed_out = true;
+    if (kill(-pr->pid, SIGKILL) < 0)
+        kill(pr->pid, SIGKILL);
+    return -1;
+}
+
 int procs_proc_timers(struct agent_procs *ps, double now)
 {
     double next = -1;
     for (size_t i = 0; i < ps->nprocs; i++) {
         struct proc *pr = ps->procs[i];
+        double kill_left = timeout_check(pr);
+        if (kill_left >= 0 && (next < 0 || kill_left < next))
+            next = kill_left;
         if (!pr->reaped || pr->done)
             continue;
         double left = pr->drain_deadline - now;
@@ -535,7 +559,7 @@ int procs_proc_timers(struct agent_procs *ps, double now)
         if (next < 0 || left < next)
             next = left;
     }
-    return next < 0 ? -1 : (int)next + 1;
+    return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next) + 1;
 }
 
 bool agent_procs_reaped(struct agent_procs *ps, pid_t pid, int st)

@@ -52,6 +52,8 @@ struct proc {
     bool failed;     /* the child failed before exec (the report said so) */
     int fail_stage;  /* enum agent_spawn_stage */
     int fail_errno;
+    double kill_at; /* Unix ms: SIGKILL its group then (START's timeout_ms); 0: never */
+    bool timed_out; /* it was killed so */
     struct out_ring ring;
 };
 

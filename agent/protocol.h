@@ -56,6 +56,11 @@ enum agent_frame_type {
     AGENT_DELETE = 0x14, /* {"path", "recursive"?} → OK */
     AGENT_MKDIR = 0x15,  /* {"path", "parents"?, "mode"?} → OK */
     AGENT_RENAME = 0x16, /* {"from", "to", "overwrite"?} → OK */
+    AGENT_WATCH = 0x17,  /* {"path", "recursive"?} → OK once watching, then WATCH_EVENTS...
+                            until the client closes (inotify; files_watch.c) */
+    AGENT_XATTR_SET = 0x18, /* {"path", "attrs": {"user.…": "value"}} → OK */
+    AGENT_XATTR_GET = 0x19, /* {"paths": [...], "prefix": "user.…"} → OK {"attrs": [{name:
+                               value} | null, ...]}, one per path (files_xattr.c) */
     /* background processes, on procs.sock (one per connection) */
     AGENT_PS = 0x20,          /* empty → PROCESS..., then PROCESSES {"count"} */
     AGENT_PROC_START = 0x21,  /* JSON: EXEC's members + "tag", "command" → PROCESS */
@@ -78,11 +83,12 @@ enum agent_frame_type {
     AGENT_EXIT = 0x86,     /* JSON {"exit_code": N, "signal": S|null, "timed_out": bool} */
     AGENT_ERROR = 0x87,    /* JSON {"code": "...", "message": "..."}; the agent then closes */
     /* answers of the files requests (FILE_DATA and FILE_END also go client → agent in WRITE) */
-    AGENT_FILE_INFO = 0x90,   /* JSON file object {name, path, type, is_dir, size, mode, mtime} */
-    AGENT_FILE_DATA = 0x91,   /* file bytes, <= AGENT_MAX_CHUNK from the agent */
-    AGENT_FILE_END = 0x92,    /* end of READ's or WRITE's data; LIST: {"truncated": bool} */
-    AGENT_DIR_ENTRIES = 0x93, /* JSON {"entries": [file object...]} */
-    AGENT_OK = 0x94,          /* JSON {"path", "size"?, "ready"?} */
+    AGENT_FILE_INFO = 0x90,    /* JSON file object {name, path, type, is_dir, size, mode, mtime} */
+    AGENT_FILE_DATA = 0x91,    /* file bytes, <= AGENT_MAX_CHUNK from the agent */
+    AGENT_FILE_END = 0x92,     /* end of READ's or WRITE's data; LIST: {"truncated": bool} */
+    AGENT_DIR_ENTRIES = 0x93,  /* JSON {"entries": [file object...]} */
+    AGENT_OK = 0x94,           /* JSON {"path", "size"?, "ready"?} */
+    AGENT_WATCH_EVENTS = 0x95, /* {"events": [{"name", "type"}], "dropped": N} */
     /* answers on procs.sock */
     AGENT_PROCESSES = 0xa0,   /* {"count": N}: the end of PS's PROCESS frames */
     AGENT_PROCESS = 0xa1,     /* JSON process record */

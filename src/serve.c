@@ -65,6 +65,7 @@ struct serve_opts {
     const char *nft_table;
     const char *default_network;
     const char *vhost;
+    const char *e2b_domain;
     const char *cgroup_favordynmods;
     const char *templates_dir;
     uint64_t egress_proxy_port;
@@ -160,6 +161,9 @@ static const struct opt_def {
      "egress of a sandbox that does not ask: none (no traffic out) or open (NAT)"},
     {"vhost", "SANDBOXER_VHOST", "", OPT_STR, offsetof(struct serve_opts, vhost),
      "domain whose subdomains <name>[-<port>].<vhost> reach sandboxes (see caddy-config)"},
+    {"e2b-domain", "SANDBOXER_E2B_DOMAIN", "", OPT_STR, offsetof(struct serve_opts, e2b_domain),
+     "the E2B_DOMAIN of E2B's SDKs: api.<domain> is E2B's API, <port>-<sandbox>.<domain> its "
+     "sandboxes' envd and ports (see caddy-config --e2b, docs/e2b.md)"},
     {"egress-proxy-port", "SANDBOXER_EGRESS_PROXY_PORT", "3128", OPT_UINT,
      offsetof(struct serve_opts, egress_proxy_port),
      "TCP port of the egress proxy on the bridge's gateway address (0: none; no network proxy)"},
@@ -565,6 +569,7 @@ static int run(const struct serve_opts *o, err_t *err)
         .terminal_idle_timeout_s = (unsigned)o->terminal_idle_timeout,
         .shutdown_timeout_s = (unsigned)o->shutdown_timeout,
         .vhost = none_to_null(o->vhost),
+        .e2b_domain = none_to_null(o->e2b_domain),
     };
     if (!(d.api = api_start(&cfg, d.store, d.sbx, d.images, err))) {
         daemon_close(&d, true);

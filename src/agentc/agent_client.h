@@ -199,6 +199,8 @@ struct agentc_file_req {
     uint32_t mode;    /* permission bits, at most 07777; applied exactly (no umask) */
     bool mkdir;       /* write: create missing parent directories (0755) */
     bool append;      /* write: append to the file in place (not atomic) */
+    bool truncate;    /* write: truncate the file and write it in place (not atomic; a
+                         watcher sees it written, not replaced: E2B's files) */
     bool recursive;   /* delete: also a non-empty directory, without following symlinks */
     bool parents;     /* mkdir: create missing parents; an existing directory is fine */
     const char *to;   /* rename: the new path (path is the old one) */
@@ -303,3 +305,21 @@ int agentc_delete(int fd, const struct agentc_file_req *req, err_t *err);
 int agentc_mkdir(int fd, const struct agentc_file_req *req, err_t *err);
 /* RENAME path to req->to (no_replace). */
 int agentc_rename(int fd, const struct agentc_file_req *req, err_t *err);
+
+/* XATTR_SET: set attrs ({"user.…": "value"}) on path. */
+int agentc_xattr_set(int fd, const struct agentc_file_req *req, json_t *attrs, err_t *err);
+/* XATTR_GET: for each of paths (a JSON array of strings), an object of its attributes whose
+ * names start with prefix ("user.…"), or null when it cannot be read; a new array (NULL and
+ * err on failure). At most 10000 paths. */
+json_t *agentc_xattr_get(int fd, const struct agentc_file_req *req, json_t *paths,
+                         const char *prefix, err_t *err);
+
+/* WATCH the directory req->path (recursive: its subdirectories too): 0 once the agent
+ * watches it; reader (caller-owned, freed with agentc_reader_free) keeps what came after. */
+int agentc_watch_begin(int fd, const struct agentc_file_req *req, bool recursive,
+                       agentc_reader_t *reader, err_t *err);
+/* Wait up to wait_ms for a WATCH_EVENTS frame: 1 with its events appended to events
+ * ({name, type}) and *dropped increased, 0 if none came, -1 (the agent's error, or the
+ * connection closed: "agent_unavailable"). */
+int agentc_watch_read(int fd, agentc_reader_t *reader, int wait_ms, json_t *events,
+                      uint64_t *dropped, err_t *err);

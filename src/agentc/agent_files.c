@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "agent_client.h"
+#include "agentc_internal.h"
 #include "common/cleanup.h"
 #include "common/jsonx.h"
 #include "common/util.h"
@@ -265,6 +266,8 @@ static json_t *write_json(struct op *op, const struct agentc_file_req *req, err_
         json_object_set_new(j, "mkdir", json_true());
     if (j && req->append)
         json_object_set_new(j, "append", json_true());
+    if (j && req->truncate)
+        json_object_set_new(j, "truncate", json_true());
     return j;
 }
 
@@ -416,4 +419,131 @@ int agentc_rename(int fd, const struct agentc_file_req *req, err_t *err)
     if (j && req->no_replace)
         json_object_set_new(j, "overwrite", json_false());
     return simple_op(fd, req, &op, AGENT_RENAME, j, err);
+}
+
+/* ---------------------------------------------------------------- XATTR_SET, XATTR_GET */
+
+int agentc_xattr_set(int fd, const struct agentc_file_req *req, json_t *attrs, err_t *err)
+{
+    struct op op = {.fd = -1};
+    json_t *j = request_json(&op, req, "path", err);
+    if (j)
+        json_object_set(j, "attrs", attrs);
+    return simple_op(fd, req, &op, AGENT_XATTR_SET, j, err);
+}
+
+/* Each entry of the agent's answer: an object of strings (names under prefix) or null. */
+static json_t *checked_attrs(json_t *v, const char *prefix)
+{
+    if (json_is_null(v))
+        return json_null();
+    if (!json_is_object(v) || json_object_size(v) > 64)
+        return NULL;
+    json_t *out = json_object();
+    const char *name;
+    json_t *val;
+    json_object_foreach(v, name, val)
+    {
+        if (strncmp(name, prefix, strlen(prefix)) != 0 || !json_is_string(val)) {
+            json_decref(out);
+            return NULL;
+        }
+        json_object_set_new(out, name,
+                            json_string_lossy(json_string_value(val), json_string_length(val)));
+    }
+    return out;
+}
+
+json_t *agentc_xattr_get(int fd, const struct agentc_file_req *req, json_t *paths,
+                         const char *prefix, err_t *err)
+{
+    struct op op = {.fd = -1};
+    struct agent_frame f;
+    json_t *user = req->user ? json_string(req->user) : NULL;
+    json_t *j = json_pack("{s:O, s:s}", "paths", paths, "prefix", prefix);
+    if (user)
+        json_object_set_new(j, "user", user);
+    json_t *out = NULL;
+    if (op_send(&op, fd, req, AGENT_XATTR_GET, j, err) == 0 && op_next(&op, &f, err) == 0) {
+        _cleanup_json_ json_t *a = NULL;
+        json_t *list = NULL;
+        if (f.type != AGENT_OK || !(a = json_loadb((const char *)f.payload, f.len, 0, NULL)) ||
+            !json_is_array(list = json_object_get(a, "attrs")) ||
+            json_array_size(list) > json_array_size(paths)) {
+            agentc_bad_payload(err, "XATTR_GET's OK");
+        } else {
+            out = json_array();
+            size_t i;
+            json_t *v, *c;
+            json_array_foreach(list, i, v)
+            {
+                if (!(c = checked_attrs(v, prefix))) {
+                    json_decref(out);
+                    out = NULL;
+                    agentc_bad_payload(err, "XATTR_GET's OK");
+                    break;
+                }
+                json_array_append_new(out, c);
+            }
+        }
+    }
+    agentc_reader_free(&op.reader);
+    return out;
+}
+
+/* ---------------------------------------------------------------- WATCH */
+
+int agentc_watch_begin(int fd, const struct agentc_file_req *req, bool recursive,
+                       agentc_reader_t *reader, err_t *err)
+{
+    struct op op = {.fd = -1};
+    json_t *j = request_json(&op, req, "path", err);
+    if (j && recursive)
+        json_object_set_new(j, "recursive", json_true());
+    int rc = j ? op_send(&op, fd, req, AGENT_WATCH, j, err) : -1;
+    if (rc == 0)
+        rc = op_expect_ok(&op, NULL, err);
+    if (rc < 0) {
+        agentc_reader_free(&op.reader);
+        return -1;
+    }
+    *reader = op.reader; /* what came after the OK stays there */
+    return 0;
+}
+
+int agentc_watch_read(int fd, agentc_reader_t *reader, int wait_ms, json_t *events,
+                      uint64_t *dropped, err_t *err)
+{
+    struct agent_frame f;
+    int rc = agentc_reader_next(reader, &f);
+    if (rc == AGENT_PARSE_INCOMPLETE) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, wait_ms) == 0)
+            return 0;
+        if (agentc_read_frame(fd, reader, &f, now_mono_ms() + 1000, err) < 0)
+            return -1;
+    } else if (rc != AGENT_PARSE_COMPLETE) {
+        return err_set(err, ERR_RUNTIME, 0, "agent_protocol", "a malformed frame from the agent");
+    }
+    if (f.type == AGENT_ERROR)
+        return agentc_file_error(&f, err);
+    _cleanup_json_ json_t *j =
+        f.type == AGENT_WATCH_EVENTS ? json_loadb((const char *)f.payload, f.len, 0, NULL) : NULL;
+    json_t *list = json_object_get(j, "events"), *e;
+    json_int_t d = json_integer_value(json_object_get(j, "dropped"));
+    size_t i;
+    if (!json_is_array(list) || d < 0)
+        return agentc_bad_payload(err, "WATCH_EVENTS");
+    *dropped += (uint64_t)d;
+    json_array_foreach(list, i, e)
+    {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *type = json_string_value(json_object_get(e, "type"));
+        if (!name || !type || strlen(name) >= AGENT_PATH_MAX || strlen(type) > 8)
+            return agentc_bad_payload(err, "WATCH_EVENTS");
+        json_array_append_new(
+            events,
+            json_pack("{s:o, s:s}", "name", json_string_lossy(name, strlen(name)), "type", type));
+    }
+    return 1;
 }

@@ -107,6 +107,13 @@ static int decode_info(json_t *in, const char *name, const char *path, struct ag
     json_object_set_new(j, "size", json_integer((json_int_t)out->size));
     json_object_set_new(j, "mode", json_string(mode));
     json_object_set_new(j, "mtime", json_real(out->mtime));
+    /* Owner and group ids (older agents send none). */
+    static const char *const ids[] = {"uid", "gid"};
+    for (size_t i = 0; i < ARRAY_SIZE(ids); i++) {
+        uint64_t id;
+        if (json_object_get(in, ids[i]) && get_u64(in, ids[i], &id) && id <= UINT32_MAX)
+            json_object_set_new(j, ids[i], json_integer((json_int_t)id));
+    }
     if (strcmp(out->type, "symlink") == 0 && !decode_link(in, j, &out->is_dir)) {
         json_decref(j);
         return -1;

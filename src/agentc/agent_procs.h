@@ -35,11 +35,13 @@ struct agentc_proc {
     pid_t pid;
     bool running;                      /* status "running" (else "exited") */
     bool tty, stdin_open;              /* a PTY; stdin can still be sent */
+    bool timed_out;                    /* killed at its START's timeout */
     int exit_code;                     /* exited: 0-255 (128 + signal when killed); else -1 */
     int signal;                        /* exited by a signal: 1-64; else 0 */
     uint64_t output_start, output_end; /* the cursors of the output the agent keeps */
     json_t *json; /* owned: {pid, command, argv, argv_truncated, tag, tty, stdin, status,
-                     exit_code, signal, started_at, ended_at, output_start, output_end} */
+                     exit_code, signal, started_at, ended_at, output_start, output_end,
+                     timed_out} */
 };
 
 /* Release p->json. */
@@ -54,8 +56,10 @@ int agentc_proc_error(const struct agent_frame *f, err_t *err);
 
 /* PROC_START: a process started as exec would start it, owned by the agent. */
 struct agentc_proc_start {
-    struct agentc_exec_req exec; /* argv, env, cwd, user, tty, cols, rows, stdin_pipe (not
-                                    timeout_ms, stdin_data, cancel_fd) */
+    struct agentc_exec_req exec; /* argv, env, cwd, user, tty, cols, rows, stdin_pipe,
+                                    timeout_ms (the agent SIGKILLs the process group that
+                                    long after the start, wall-clock time; not stdin_data,
+                                    cancel_fd) */
     const char *tag;             /* NULL, or at most 256 bytes */
     const char *command;         /* what a record shows (NULL: argv joined) */
 };

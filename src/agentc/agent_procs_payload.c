@@ -97,6 +97,12 @@ static int decode_members(json_t *j, struct agentc_proc *p, json_t *out)
             json_object_set_new(out, names[i], parts[i]);
     }
     json_object_set_new(out, "argv_truncated", json_boolean(json_is_true(trunc)));
+    /* Killed at its START's timeout_ms (absent from older agents: false). */
+    json_t *timed_out = json_object_get(j, "timed_out");
+    if (timed_out && !json_is_boolean(timed_out))
+        rc = -1;
+    p->timed_out = json_is_true(timed_out);
+    json_object_set_new(out, "timed_out", json_boolean(p->timed_out));
     return rc;
 }
 

@@ -20,6 +20,7 @@ struct api_config {
     unsigned terminal_idle_timeout_s; /* a terminal WebSocket without traffic closes (0: never) */
     unsigned shutdown_timeout_s;      /* how long a stop waits for in-flight requests */
     const char *vhost;                /* "example.com": <name>[-<port>].example.com is proxied */
+    const char *e2b_domain; /* E2B's SDKs' domain: api.<it> and <port>-<id>.<it> (src/e2b) */
 };
 
 typedef struct api api_t;

@@ -17,6 +17,10 @@
 
 typedef struct api_req api_req_t;
 
+/* Whose protocol a request speaks: ours, or E2B's (src/e2b: its control plane, its envd's
+ * HTTP routes, its envd's Connect RPCs). Errors are answered in the dialect's shape. */
+enum api_dialect { API_NATIVE, API_E2B_CONTROL, API_E2B_ENVD, API_E2B_RPC };
+
 /* A handler: reply through api_reply_* and return 0, or return -1 with err set. */
 typedef int (*api_handler_fn)(api_req_t *r, err_t *err);
 
@@ -29,6 +33,7 @@ enum route_flags {
        browsers (they cannot set Authorization on a WebSocket). Never on the proxy, whose
        headers reach the sandbox. */
     ROUTE_WS_TOKEN = 1 << 3,
+    ROUTE_E2B_KEY = 1 << 4, /* E2B's control plane: an E2B API key (X-API-KEY: e2b_...) */
 };
 
 /* Streamed request bodies: begin runs once the headers are in, chunk per piece of body. */
@@ -101,6 +106,9 @@ struct api_req {
     bool sandbox_origin;         /* asked for a sandbox's own host (<name>[-<port>].<vhost>) */
     char *origin_host;           /* that host, lower case, without port (sandbox_origin only) */
     bool sandbox_answer;         /* the response is a sandbox's (status and headers) */
+    enum api_dialect dialect;    /* whose protocol the request speaks (src/e2b) */
+    char e2b_id[24];             /* E2B sandbox hosts: the sandbox's E2B id */
+    int e2b_port;                /* ... and the port the host names */
 };
 
 /* The route parameter name as a new string, or NULL if the route has none. */
@@ -130,6 +138,7 @@ struct api_stream {
     api_t *api;
     int client_fd; /* a copy of the client's socket (or -1): a producer that waits long polls it
                       to notice the client going away (MHD notices only when it next writes) */
+    atomic_bool aborted; /* api_stream_abort: the body ends cut short, not complete */
 };
 
 /* A producer of a streamed body; runs on its own thread, the stream closes when it returns. */
@@ -140,6 +149,13 @@ int api_reply_stream(api_req_t *r, const char *type, api_stream_fn fn, void *ctx
 /* Like api_reply_stream with a status and, when size >= 0, a Content-Length. */
 int api_reply_stream_sized(api_req_t *r, unsigned status, const char *type, int64_t size,
                            api_stream_fn fn, void *ctx, err_t *err);
+/* Like api_reply_stream_sized; with abortable, a producer may call api_stream_abort before it
+ * returns, and the client then sees the body cut short (no final chunk: the connection
+ * closes) rather than complete. */
+int api_reply_stream_ex(api_req_t *r, unsigned status, const char *type, int64_t size,
+                        bool abortable, api_stream_fn fn, void *ctx, err_t *err);
+/* Mark the stream to end cut short (see api_reply_stream_ex). */
+void api_stream_abort(struct api_stream *s);
 /* The response being built (to add headers), or NULL. */
 static inline struct MHD_Response *api_response(api_req_t *r)
 {
@@ -159,6 +175,9 @@ bool api_has_token(const api_req_t *r);
  * Sec-WebSocket-Protocol entry bearer.<token> instead (same checks, same errors).
  */
 int api_authenticate(api_req_t *r, err_t *err);
+/* Authenticate an E2B API key (X-API-KEY: e2b_...): a token of kind "e2b", never a bearer
+ * token. Fills r->user and r->token like api_authenticate. */
+int api_authenticate_e2b(api_req_t *r, const char *key, err_t *err);
 /* True if the client offers the WebSocket subprotocol name (Sec-WebSocket-Protocol). */
 bool api_ws_protocol_offered(const api_req_t *r, const char *name);
 

@@ -103,6 +103,26 @@ static int header_token(const char *h, const char **tok, size_t *len, err_t *err
     return 0;
 }
 
+/* Look the secret (tok, len) up as a token of kind; fills r->user and r->token. */
+static int lookup_secret(api_req_t *r, const char *tok, size_t len, const char *kind, err_t *err)
+{
+    char hash[TOKEN_HASH_LEN + 1];
+    token_hash(tok, len, hash);
+    err_t lerr = {0};
+    if (store_token_lookup(r->api->store, hash, &r->user, &r->token, &lerr) < 0) {
+        if (lerr.kind == ERR_UNAUTHORIZED)
+            return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid token");
+        *err = lerr;
+        return -1;
+    }
+    /* A bearer token is no API key and an API key no bearer token. */
+    if (strcmp(r->token.kind[0] ? r->token.kind : "sbx", kind) != 0)
+        return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid token");
+    r->authed = true;
+    store_token_touch(r->api->store, &r->token);
+    return 0;
+}
+
 int api_authenticate(api_req_t *r, err_t *err)
 {
     const char *h = api_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -114,16 +134,15 @@ int api_authenticate(api_req_t *r, err_t *err)
     /* Malformed tokens fail without touching the store. */
     if (!token_well_formed(tok, len))
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid token");
-    char hash[TOKEN_HASH_LEN + 1];
-    token_hash(tok, len, hash);
-    err_t lerr = {0};
-    if (store_token_lookup(r->api->store, hash, &r->user, &r->token, &lerr) < 0) {
-        if (lerr.kind == ERR_UNAUTHORIZED)
-            return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid token");
-        *err = lerr;
-        return -1;
-    }
-    r->authed = true;
-    store_token_touch(r->api->store, &r->token);
-    return 0;
+    return lookup_secret(r, tok, len, "sbx", err);
+}
+
+int api_authenticate_e2b(api_req_t *r, const char *key, err_t *err)
+{
+    size_t len = key ? strlen(key) : 0;
+    while (len && isspace((unsigned char)key[len - 1]))
+        len--;
+    if (!key || !token_well_formed_prefixed(key, len, E2B_KEY_PREFIX))
+        return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid API key");
+    return lookup_secret(r, key, len, "e2b", err);
 }

@@ -56,6 +56,7 @@ struct head_ctx {
     bool first_arg;
     const char *connection; /* the client's Connection header: the headers it names stay */
     bool api_origin;
+    bool e2b;        /* E2B's sandbox host: E2B's own headers (its tokens) stop here */
     buf_t protocols; /* Sec-WebSocket-Protocol entries that go on */
 };
 
@@ -84,6 +85,10 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
     struct head_ctx *h = cls;
     if (!value)
         return MHD_YES;
+    if (h->e2b && (strcasecmp(key, "X-Access-Token") == 0 ||
+                   strcasecmp(key, "e2b-traffic-access-token") == 0 ||
+                   strcasecmp(key, "X-API-KEY") == 0 || strncasecmp(key, "E2b-Sandbox-", 12) == 0))
+        return MHD_YES;
     if (strcasecmp(key, "Sec-WebSocket-Protocol") == 0)
         inbound_ws_protocols(value, &h->protocols);
     else if (inbound_request_header_ok(key, value, h->connection, h->api_origin))
@@ -109,8 +114,12 @@ static void request_head(api_req_t *r, const char *path, struct proxy *p, buf_t 
 {
     buf_printf(b, "%s /", r->method);
     escape(b, path ? path : "", true);
-    struct head_ctx h = {
-        b, true, api_header(r, MHD_HTTP_HEADER_CONNECTION), !r->sandbox_origin, {0}};
+    struct head_ctx h = {b,
+                         true,
+                         api_header(r, MHD_HTTP_HEADER_CONNECTION),
+                         !r->sandbox_origin,
+                         r->dialect != API_NATIVE,
+                         {0}};
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, add_arg, &h);
     buf_puts(b, " HTTP/1.1\r\n");
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_header, &h);

@@ -27,8 +27,9 @@ static bool user_name_valid(const char *s)
 
 static json_t *token_json(const token_info_t *t)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:f}", "id", t->id, "name", t->name, "user",
-                          t->user_name, "created_at", t->created_at);
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:f, s:s}", "id", t->id, "name", t->name, "user", t->user_name,
+                  "created_at", t->created_at, "kind", t->kind[0] ? t->kind : "sbx");
     json_object_set_new(j, "last_used_at",
                         t->last_used_at > 0 ? json_real(t->last_used_at) : json_null());
     return j;
@@ -39,6 +40,7 @@ struct token_create_req {
     const char *user;
     int admin;
     json_t *limits;
+    const char *kind;
 };
 
 static const struct jfield token_create_fields[] = {
@@ -46,7 +48,22 @@ static const struct jfield token_create_fields[] = {
     {"user", JF_STRING, false, offsetof(struct token_create_req, user), 64, 0, 0},
     {"admin", JF_BOOL, false, offsetof(struct token_create_req, admin), 0, 0, 0},
     {"limits", JF_OBJECT, false, offsetof(struct token_create_req, limits), 0, 0, 0},
+    {"kind", JF_STRING, false, offsetof(struct token_create_req, kind), 8, 0, 0},
 };
+
+/* "sbx" (a bearer token, the default) or "e2b" (an API key for E2B's clients, X-API-KEY). */
+static int token_kind(const struct token_create_req *q, const char **prefix, err_t *err)
+{
+    if (!q->kind || strcmp(q->kind, "sbx") == 0) {
+        *prefix = TOKEN_PREFIX;
+        return 0;
+    }
+    if (strcmp(q->kind, "e2b") == 0) {
+        *prefix = E2B_KEY_PREFIX;
+        return 0;
+    }
+    return err_set(err, ERR_INVALID, 0, "invalid_field", "field 'kind' must be \"sbx\" or \"e2b\"");
+}
 
 /* Apply the limits object to user u's own (what it leaves out stays as it was). */
 static int update_limits(api_req_t *r, const user_t *u, json_t *limits, err_t *err)
@@ -102,8 +119,11 @@ int h_token_create(api_req_t *r, err_t *err)
 {
     json_t *body _cleanup_json_ = NULL;
     struct token_create_req q = {.admin = -1};
+    const char *prefix = TOKEN_PREFIX;
     if (api_body_object(r, true, &body, err) < 0 ||
-        json_decode_fields(body, token_create_fields, ARRAY_SIZE(token_create_fields), &q, err) < 0)
+        json_decode_fields(body, token_create_fields, ARRAY_SIZE(token_create_fields), &q, err) <
+            0 ||
+        token_kind(&q, &prefix, err) < 0)
         return -1;
     user_limits_t scratch;
     store_limits_unset(&scratch);
@@ -117,11 +137,13 @@ int h_token_create(api_req_t *r, err_t *err)
         return -1;
     char secret[TOKEN_LEN + 1], hash[TOKEN_HASH_LEN + 1], id[24];
     memcpy(id, "tok_", 4);
-    if (!token_generate(secret) || !id_random_hex(id + 4, 8))
+    if (!token_generate_prefixed(secret, prefix) || !id_random_hex(id + 4, 8))
         return err_set(err, ERR_INTERNAL, 0, "internal", "no randomness for a token");
     token_hash(secret, strlen(secret), hash);
     token_info_t info;
-    if (store_token_insert(r->api->store, id, owner.id, q.name, hash, &info, err) < 0)
+    if (store_token_insert_kind(r->api->store, id, owner.id, q.name,
+                                strcmp(prefix, TOKEN_PREFIX) == 0 ? "sbx" : "e2b", hash, &info,
+                                err) < 0)
         return -1;
     snprintf(info.user_name, sizeof(info.user_name), "%s", owner.name);
     json_t *out = token_json(&info);

@@ -6,6 +6,7 @@
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "e2b/e2b.h"
 
 unsigned api_status_for(err_kind_t kind)
 {
@@ -91,6 +92,10 @@ void api_reply_error(api_req_t *r, const err_t *err)
         snprintf(detail, sizeof(detail), "internal error; the daemon's log has request %s", r->rid);
     } else {
         snprintf(detail, sizeof(detail), "%s", err->msg);
+    }
+    if (r->dialect != API_NATIVE) { /* E2B's clients read E2B's error shapes */
+        e2b_reply_error(r, err, detail);
+        return;
     }
     json_t *body = json_pack("{s:o, s:s}", "detail", json_string_lossy(detail, strlen(detail)),
                              "code", err->code[0] ? err->code : err_kind_name(err->kind));

@@ -19,6 +19,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "e2b/e2b.h"
 
 /* Split "host:port" / "[v6]:port" into its parts. */
 static int split_host_port(const char *spec, char *host, size_t hsize, char *port, size_t psize,
@@ -263,8 +264,10 @@ static int check_framing(api_req_t *r, err_t *err)
 static void on_headers(api_req_t *r)
 {
     err_t err = {0};
-    bool known;
-    route_vhost(r);
+    bool known = false, e2b = false;
+    const struct route *e2b_found = NULL;
+    if (strlen(r->path) <= API_MAX_URL && !(e2b = e2b_route(r, &e2b_found, &known)))
+        route_vhost(r);
     size_t len = strlen(r->path);
     if (atomic_load(&r->api->draining)) {
         err_set(&err, ERR_UNAVAILABLE, 0, "shutting_down", "the daemon is shutting down");
@@ -273,14 +276,18 @@ static void on_headers(api_req_t *r)
     } else if (len > API_MAX_URL) {
         err_set(&err, ERR_INVALID, 0, "uri_too_long", "the request path is longer than %d bytes",
                 API_MAX_URL);
-    } else if (!(r->route = api_route_find(r->method, r->path, len, &r->params, &known))) {
+    } else if (!(r->route = e2b ? e2b_found
+                                : api_route_find(r->method, r->path, len, &r->params, &known))) {
         if (known)
             err_set(&err, ERR_NOT_ALLOWED, 0, "method_not_allowed",
                     "method %s is not allowed on this path", r->method);
         else
             err_set(&err, ERR_NOT_FOUND, 0, "route_not_found", "no route for %s", r->method);
-    } else if ((r->route->flags & ROUTE_PROXY) && !api_has_token(r)) {
-        /* anonymous: the handler lets only public sandboxes answer */
+    } else if (r->route->flags & ROUTE_E2B_KEY) {
+        api_authenticate_e2b(r, api_header(r, "X-API-KEY"), &err);
+    } else if ((r->route->flags & ROUTE_PROXY) && (r->authed || !api_has_token(r))) {
+        /* anonymous: the handler lets only public sandboxes answer (or E2B's router vouched
+           for the caller: r->authed) */
     } else if (!(r->route->flags & ROUTE_PUBLIC) && api_authenticate(r, &err) == 0 &&
                (r->route->flags & ROUTE_ADMIN) && !r->user.is_admin) {
         err_set(&err, ERR_FORBIDDEN, 0, "admin_only", "this route is for admins only");
@@ -325,10 +332,10 @@ static enum MHD_Result queue(api_req_t *r)
     /* The daemon's own answers are never sniffed into something else (a sandbox's are its own). */
     if (!r->sandbox_answer && !MHD_get_response_header(r->resp, "X-Content-Type-Options"))
         MHD_add_response_header(r->resp, "X-Content-Type-Options", "nosniff");
-    if (r->status == MHD_HTTP_UNAUTHORIZED && !r->sandbox_answer) /* the sandbox's 401 is its own */
+    if (r->status == MHD_HTTP_UNAUTHORIZED && !r->sandbox_answer && r->dialect == API_NATIVE)
         MHD_add_response_header(r->resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer realm=\"sandboxer\"");
-    if (r->status == MHD_HTTP_METHOD_NOT_ALLOWED) {
+    if (r->status == MHD_HTTP_METHOD_NOT_ALLOWED && r->dialect == API_NATIVE) {
         /* A 405 must say which methods the path takes. */
         buf_t allow = {0};
         struct route_params p;

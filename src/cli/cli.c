@@ -717,13 +717,17 @@ static const struct cli_verb verbs[] = {
         .section = "The daemon",
         .run = cmd_caddy_config,
         .summary = "print a Caddyfile for HTTPS and per-sandbox subdomains",
-        .synopsis = "--vhost DOMAIN [--upstream HOST:PORT] [--email E] [--dns-provider NAME]",
+        .synopsis = "--vhost DOMAIN [--upstream HOST:PORT] [--email E] [--dns-provider NAME]\n"
+                    "            [--https-port N] | --e2b DOMAIN [--upstream HOST:PORT] "
+                    "[--https-port N]",
         .help = "Prints a Caddyfile that serves DOMAIN and *.DOMAIN over HTTPS (certificates\n"
                 "from the ACME DNS challenge) and forwards to the daemon, which must run with\n"
                 "--vhost DOMAIN: <name>.DOMAIN and <name>-<port>.DOMAIN reach that sandbox's\n"
                 "proxy. The DNS provider's Caddy module must be built in (see the comment).\n"
-                "Talks to no daemon.\n",
-        .opts = "vhost=,upstream=,email=,dns-provider=",
+                "With --e2b DOMAIN instead: api.DOMAIN and *.DOMAIN for E2B's SDKs\n"
+                "(E2B_DOMAIN=DOMAIN; the daemon runs with --e2b-domain DOMAIN), certificates\n"
+                "from Caddy's local CA (tls internal; docs/e2b.md). Talks to no daemon.\n",
+        .opts = "vhost=,e2b=,upstream=,email=,dns-provider=,https-port=",
         .min_args = 0,
         .max_args = 0,
     },

@@ -43,7 +43,12 @@ bool id_ulid(char *out)
 
 bool token_generate(char *out)
 {
-    memcpy(out, TOKEN_PREFIX, 4);
+    return token_generate_prefixed(out, TOKEN_PREFIX);
+}
+
+bool token_generate_prefixed(char *out, const char *prefix)
+{
+    memcpy(out, prefix, 4);
     return id_random_hex(out + 4, 32);
 }
 
@@ -74,5 +79,10 @@ bool is_hex(const char *s, size_t n)
 
 bool token_well_formed(const char *s, size_t len)
 {
-    return len == TOKEN_LEN && memcmp(s, TOKEN_PREFIX, 4) == 0 && is_hex(s + 4, 64);
+    return token_well_formed_prefixed(s, len, TOKEN_PREFIX);
+}
+
+bool token_well_formed_prefixed(const char *s, size_t len, const char *prefix)
+{
+    return len == TOKEN_LEN && memcmp(s, prefix, 4) == 0 && is_hex(s + 4, 64);
 }

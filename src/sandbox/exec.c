@@ -285,3 +285,24 @@ int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int po
                        "no port to proxy to: nothing listens, no ?port=, no ports at create");
     return 0;
 }
+
+int sbx_wait_serving(sbx_mgr_t *m, const user_t *owner, const char *key, int timeout_ms, err_t *err)
+{
+    sandbox_rec_t r;
+    if (sbx_lookup(m, owner, key, &r, err) < 0)
+        return -1;
+    int port = default_port(&r);
+    store_sandbox_rec_clear(&r);
+    if (port <= 0)
+        return 0;
+    /* Polled through /proc/net/tcp: each look is one short exec in the sandbox. */
+    double until = now_mono_ms() + timeout_ms;
+    while (!sbx_port_listening(m, owner, key, port)) {
+        if (now_mono_ms() >= until)
+            return err_set(err, ERR_RUNTIME, 0, "sandbox_not_ready",
+                           "nothing listened on port %d within %d ms", port, timeout_ms);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}

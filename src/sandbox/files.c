@@ -130,6 +130,51 @@ int sbx_file_delete(sbx_mgr_t *m, const user_t *owner, const char *key,
     return rc;
 }
 
+int sbx_file_mkdir(sbx_mgr_t *m, const user_t *owner, const char *key,
+                   const struct agentc_file_req *req, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_mkdir(f->fd, req, err);
+    sbx_files_close(f);
+    return rc;
+}
+
+int sbx_file_rename(sbx_mgr_t *m, const user_t *owner, const char *key,
+                    const struct agentc_file_req *req, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_rename(f->fd, req, err);
+    sbx_files_close(f);
+    return rc;
+}
+
+int sbx_file_xattr_set(sbx_mgr_t *m, const user_t *owner, const char *key,
+                       const struct agentc_file_req *req, json_t *attrs, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    int rc = agentc_xattr_set(f->fd, req, attrs, err);
+    sbx_files_close(f);
+    return rc;
+}
+
+int sbx_file_xattr_get(sbx_mgr_t *m, const user_t *owner, const char *key,
+                       const struct agentc_file_req *req, json_t *paths, const char *prefix,
+                       json_t **out, err_t *err)
+{
+    sbx_files_t *f = files_open(m, owner, key, err);
+    if (!f)
+        return -1;
+    *out = agentc_xattr_get(f->fd, req, paths, prefix, err);
+    sbx_files_close(f);
+    return *out ? 0 : -1;
+}
+
 static int collect(void *ctx, uint8_t type, const uint8_t *p, size_t n)
 {
     buf_t *b = ctx;
@@ -141,7 +186,8 @@ static int collect(void *ctx, uint8_t type, const uint8_t *p, size_t n)
     return 0;
 }
 
-int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key)
+/* The first TCP port listening on all addresses (want 0), or want if it listens so, or 0. */
+static int listening(sbx_mgr_t *m, const user_t *owner, const char *key, int want)
 {
     /* procfs files have no size, so the agent's READ cannot serve them: cat it (unrecorded). */
     err_t err = {0};
@@ -160,9 +206,19 @@ int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key)
          line = strchr(line + 1, '\n')) {
         unsigned addr, p, state;
         if (sscanf(line + 1, " %*d: %8x:%4x %*8x:%*4x %2x", &addr, &p, &state) == 3 &&
-            state == 0x0A && addr == 0 && p > 0)
+            state == 0x0A && addr == 0 && p > 0 && (!want || (int)p == want))
             port = (int)p;
     }
     buf_free(&text);
     return port;
+}
+
+int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key)
+{
+    return listening(m, owner, key, 0);
+}
+
+bool sbx_port_listening(sbx_mgr_t *m, const user_t *owner, const char *key, int port)
+{
+    return port > 0 && listening(m, owner, key, port) == port;
 }

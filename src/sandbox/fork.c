@@ -47,6 +47,9 @@ static void clone_record(sandbox_rec_t *r, const user_t *owner, const json_t *sp
     r->spec = json_deep_copy(spec);
     json_object_del(r->spec, "runtime");       /* a snapshot's, now the column */
     json_object_del(r->spec, "memory_reason"); /* a snapshot's: why it kept no memory */
+    /* A clone starts with no deadline and the default wake policy (deadline.c). */
+    json_object_del(r->spec, "deadline");
+    json_object_del(r->spec, "auto_wake");
     /* The console goes along with the processes (the spec says whether there is one). */
     r->interactive = json_is_true(json_object_get(spec, "interactive"));
 }

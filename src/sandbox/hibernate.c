@@ -215,11 +215,14 @@ int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t
     sandbox_rec_t r;
     if (sbx_lookup(m, owner, key, &r, err) < 0)
         return -1;
-    bool asleep = r.status == SBX_HIBERNATED;
+    bool asleep = r.status == SBX_HIBERNATED, may_wake = sbx_spec_auto_wake(r.spec);
     store_sandbox_rec_clear(&r);
     json_t *out = NULL;
     if (!asleep)
         return 0;
+    if (!may_wake)
+        return err_set(err, ERR_CONFLICT, 0, "sandbox_paused",
+                       "the sandbox is paused and resumes only when asked to (wake, connect)");
     int rc = sbx_wake(m, owner, key, false, &out, err);
     if (out)
         json_decref(out);

@@ -54,6 +54,7 @@ struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create)
         l = xcalloc(1, sizeof(*l));
         snprintf(l->id, sizeof(l->id), "%s", id);
         pthread_rwlock_init(&l->lock, NULL);
+        pthread_mutex_init(&l->fswatch_lock, NULL);
         l->shim_pidfd = -1;
         l->refs = 1; /* the list's own reference */
         l->next = m->live;
@@ -69,6 +70,7 @@ static void live_free(sbx_mgr_t *m, struct sbx_live *l)
 {
     sbx_unwatch(m, l);
     pthread_rwlock_destroy(&l->lock);
+    pthread_mutex_destroy(&l->fswatch_lock);
     free(l);
 }
 

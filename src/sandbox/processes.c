@@ -109,7 +109,8 @@ static int start_locked(struct pcall *c, const struct sbx_proc_req *q, struct ag
                                             .tty = q->tty,
                                             .cols = q->cols,
                                             .rows = q->rows,
-                                            .stdin_pipe = q->stdin_pipe || q->stdin_data},
+                                            .stdin_pipe = q->stdin_pipe || q->stdin_data,
+                                            .timeout_ms = q->timeout_ms},
                                    .tag = q->tag,
                                    .command = q->command};
     int rc = agentc_proc_start(c->fd, &ar, 0, p, err);

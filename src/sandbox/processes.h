@@ -29,6 +29,7 @@ struct sbx_proc_req {
     const char *stdin_data; /* NULL, or bytes written first (then EOF for a pipe) */
     size_t stdin_len;       /* at most AGENT_PROCS_STDIN_MAX */
     const char *tag;
+    int64_t timeout_ms; /* > 0: the agent SIGKILLs its group this long after the start */
 };
 
 /* Start q in owner's sandbox key: *out is the process's record. */

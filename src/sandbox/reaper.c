@@ -3,6 +3,7 @@
  * longer than its idle_timeout (from create; else the daemon's --idle-timeout; 0: never).
  * Idle means no exec, file operation, proxied request or terminal traffic touched it
  * (last_active_at) and none is in progress now. The next request wakes it transparently.
+ * It also acts on deadlines that passed (deadline.c), CRIU or not.
  */
 #include <errno.h>
 #include <string.h>
@@ -63,6 +64,9 @@ static void reap_one(sbx_mgr_t *m, const sandbox_rec_t *r, double now)
 
 static void reap_once(sbx_mgr_t *m)
 {
+    sbx_deadlines_reap(m);
+    if (!runtime_criu_available())
+        return; /* no idle hibernation without CRIU */
     sandbox_rec_t *items = NULL;
     size_t n = 0;
     if (store_sandbox_list_reapable(m->store, m->cfg.idle_timeout_s > 0, &items, &n, NULL) < 0)
@@ -95,10 +99,8 @@ int sbx_reaper_start(sbx_mgr_t *m, err_t *err)
 {
     pthread_mutex_init(&m->reaper_lock, NULL);
     pthread_cond_init(&m->reaper_cond, NULL);
-    if (!runtime_criu_available()) {
+    if (!runtime_criu_available())
         log_warn("sandbox.reaper_off", "msg=\"CRIU does not work here: idle sandboxes stay up\"");
-        return 0;
-    }
     if (pthread_create(&m->reaper, NULL, reaper, m) != 0)
         return err_sys(err, "start the idle reaper");
     m->reaping = true;

@@ -14,6 +14,8 @@
 
 typedef struct sbx_mgr sbx_mgr_t;
 
+#define SBX_FSWATCH_MAX 8 /* directory watches a sandbox keeps open at once */
+
 /* Daemon-wide settings of the lifecycle. Strings are borrowed for the manager's life. */
 struct sbx_config {
     const char *state_dir;
@@ -271,6 +273,74 @@ void sbx_files_close(sbx_files_t *f);
 int sbx_file_delete(sbx_mgr_t *m, const user_t *owner, const char *key,
                     const struct agentc_file_req *req, err_t *err);
 
+/* ---- a deadline and the wake policy (deadline.c): E2B's timeouts are built on them ---- */
+
+/* What happens to a sandbox at its deadline. */
+enum sbx_end_action {
+    SBX_END_DELETE,    /* deleted, as DELETE /sandboxes/{id} */
+    SBX_END_HIBERNATE, /* hibernated (memory kept); nothing happens to it then */
+};
+/* Set owner's sandbox key's deadline (Unix seconds; <= 0 clears it): the reaper acts within a
+ * second of it. */
+int sbx_set_deadline(sbx_mgr_t *m, const user_t *owner, const char *key, double end_at,
+                     enum sbx_end_action action, err_t *err);
+/* Whether a request to owner's hibernated sandbox key wakes it (the default); with false only
+ * sbx_wake does, and requests answer 409 "sandbox_paused" meanwhile. */
+int sbx_set_auto_wake(sbx_mgr_t *m, const user_t *owner, const char *key, bool wake, err_t *err);
+/* The deadline a sandbox object's spec holds (0: none), and its action when not NULL. */
+double sbx_spec_deadline(const json_t *spec, enum sbx_end_action *action);
+/* False if a sandbox's spec says that requests must not wake it. */
+bool sbx_spec_auto_wake(const json_t *spec);
+/* What the facades need of a sandbox's life in one read. */
+struct sbx_life {
+    char id[65];
+    const char *status; /* "running", "paused", "hibernated", "exited", "terminated", ... */
+    double created_at;
+    double end_at; /* its deadline (0: none) */
+    enum sbx_end_action action;
+    bool auto_wake;
+    double cpus;
+    uint64_t memory, disk; /* bytes (disk 0: no limit) */
+    char user[64];         /* its execs' default user (the image's User; "" for root) */
+};
+/* The life of owner's sandbox key. */
+int sbx_life_get(sbx_mgr_t *m, const user_t *owner, const char *key, struct sbx_life *out,
+                 err_t *err);
+
+/* Make the directory path (parents in req: its missing parents too). */
+int sbx_file_mkdir(sbx_mgr_t *m, const user_t *owner, const char *key,
+                   const struct agentc_file_req *req, err_t *err);
+/* Rename path to req->to. */
+int sbx_file_rename(sbx_mgr_t *m, const user_t *owner, const char *key,
+                    const struct agentc_file_req *req, err_t *err);
+/* Set extended attributes of path: attrs maps "user.…" names to strings. */
+int sbx_file_xattr_set(sbx_mgr_t *m, const user_t *owner, const char *key,
+                       const struct agentc_file_req *req, json_t *attrs, err_t *err);
+/* For each of paths, its attributes whose names start with prefix ("user.…"), or null; *out
+ * is a new array in the order of paths. */
+int sbx_file_xattr_get(sbx_mgr_t *m, const user_t *owner, const char *key,
+                       const struct agentc_file_req *req, json_t *paths, const char *prefix,
+                       json_t **out, err_t *err);
+
+/*
+ * A watch of a directory's changes (inotify in the sandbox's agent, as req->user), that
+ * outlives the sandbox's changes: a fork, snapshot or hibernation closes its connection
+ * first, and the next step reconnects once the sandbox runs again (changes meanwhile are
+ * not reported). At most SBX_FSWATCH_MAX per sandbox at once.
+ */
+typedef struct sbx_fswatch sbx_fswatch_t;
+/* Start watching req->path (recursive: its subdirectories too), waking the sandbox if it
+ * may; errors as the files requests' (not found, not a directory), ERR_LIMIT
+ * "too_many_watches". */
+sbx_fswatch_t *sbx_fswatch_open(sbx_mgr_t *m, const user_t *owner, const char *key,
+                                const struct agentc_file_req *req, bool recursive, err_t *err);
+/* Wait up to wait_ms for events, appended to events ({name, type}; *dropped counts those
+ * lost): 0; SBX_FOLLOW_LATER when the sandbox cannot be watched now (asleep, changing: try
+ * again later); -1 with err once it cannot go on (the sandbox ended, the directory went). */
+int sbx_fswatch_next(sbx_fswatch_t *w, int wait_ms, json_t *events, uint64_t *dropped, err_t *err);
+/* End the watch (NULL is fine). */
+void sbx_fswatch_close(sbx_fswatch_t *w);
+
 /* Where the inbound proxy sends a request. */
 struct sbx_target {
     char id[65];
@@ -288,6 +358,14 @@ struct sbx_target {
  */
 int sbx_proxy_target(sbx_mgr_t *m, const user_t *caller, const char *key, int port,
                      struct sbx_target *out, err_t *err);
+
+/*
+ * Wait until owner's sandbox key listens on the port it serves (create-time ports, else the
+ * image's ExposedPorts) for at most timeout_ms; 0 at once when it declares none. What E2B's
+ * templates promise: a sandbox is handed over once its start command serves.
+ */
+int sbx_wait_serving(sbx_mgr_t *m, const user_t *owner, const char *key, int timeout_ms,
+                     err_t *err);
 
 /* True if a non-terminated sandbox or a template uses image ref. */
 bool sbx_image_in_use(sbx_mgr_t *m, const char *ref);

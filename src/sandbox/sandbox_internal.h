@@ -26,6 +26,9 @@ struct sbx_live {
     const runtime_t *rt;             /* its runtime, known once it booted or was found running */
     struct agentc_peer peer;         /* who may serve its agent sockets (sbx_boot sets it) */
     char token[AGENT_TOKEN_LEN + 1]; /* the agent's token (RUNTIME_AGENT_TOKEN), else "" */
+    pthread_mutex_t fswatch_lock;    /* guards the open directory watches (fswatch.c) */
+    int fswatch_fds[SBX_FSWATCH_MAX];
+    size_t nfswatch;
     int refs;
     struct sbx_live *next;
 };
@@ -77,8 +80,13 @@ struct sbx_paths {
 void sbx_paths_init(const sbx_mgr_t *m, const char *id, struct sbx_paths *p);
 void sbx_paths_free(struct sbx_paths *p);
 
+/* Close the agent connections of l's directory watches before a change checkpoints or ends
+ * the container (l's lock is held for writing): their owners reconnect after it. */
+void sbx_fswatches_suspend(struct sbx_live *l);
 /* Find (and reference) the live entry for id, creating it if create. */
 struct sbx_live *sbx_live_get(sbx_mgr_t *m, const char *id, bool create);
+/* Delete or hibernate the sandboxes whose deadline passed (the reaper, once a second). */
+void sbx_deadlines_reap(sbx_mgr_t *m);
 /* Start and stop the idle reaper thread. */
 int sbx_reaper_start(sbx_mgr_t *m, err_t *err);
 void sbx_reaper_stop(sbx_mgr_t *m);
@@ -173,6 +181,8 @@ int sbx_hibernate_if_idle(sbx_mgr_t *m, const char *id, double idle_s, err_t *er
 int sbx_wake_if_needed(sbx_mgr_t *m, const user_t *owner, const char *key, err_t *err);
 /* The first TCP port listening on all addresses in owner's sandbox key, or 0. */
 int sbx_listening_port(sbx_mgr_t *m, const user_t *owner, const char *key);
+/* True if port listens on all addresses in owner's sandbox key. */
+bool sbx_port_listening(sbx_mgr_t *m, const user_t *owner, const char *key, int port);
 /* Record an event of sandbox id for its owner (looked up when < 0); data is stolen. */
 void sbx_event(sbx_mgr_t *m, int64_t owner_id, const char *id, const char *type, json_t *data);
 /* Kill the daemon here if SANDBOXER_FAULT names this point (crash-safety tests only). */

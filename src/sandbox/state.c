@@ -101,9 +101,13 @@ static int lock_for(struct sbx_change *c, err_t *err)
 {
     if (table[c->op].wait_forever) {
         pthread_rwlock_wrlock(&c->l->lock);
+        sbx_fswatches_suspend(c->l);
         return 0;
     }
-    return sbx_lock_quiesced(c->l, err);
+    if (sbx_lock_quiesced(c->l, err) < 0)
+        return -1;
+    sbx_fswatches_suspend(c->l);
+    return 0;
 }
 
 int sbx_change_begin(sbx_mgr_t *m, const user_t *owner, const char *key, enum sbx_op op,

@@ -140,6 +140,27 @@ const char *const store_migrations[] = {
     "  info TEXT NOT NULL DEFAULT '{}',"
     "  UNIQUE (owner_id, name)"
     ");",
+
+    /*
+     * 6: E2B clients. API keys are tokens of their own kind ('e2b': X-API-KEY, never a
+     * bearer token); each sandbox made through E2B's API has an id of E2B's form (20
+     * lowercase letters and digits) and keeps what E2B's create set: the template asked
+     * for, metadata, the environment of its commands, the envd access token of a secure
+     * sandbox, and whether its ports answer without that token.
+     */
+    "ALTER TABLE tokens ADD COLUMN kind TEXT NOT NULL DEFAULT 'sbx';"
+    "CREATE TABLE e2b_sandboxes ("
+    "  e2b_id TEXT PRIMARY KEY,"
+    "  sandbox_id TEXT NOT NULL UNIQUE REFERENCES sandboxes(id),"
+    "  owner_id INTEGER NOT NULL REFERENCES users(id),"
+    "  template_id TEXT NOT NULL,"
+    "  metadata TEXT NOT NULL DEFAULT '{}',"
+    "  env TEXT NOT NULL DEFAULT '{}',"
+    "  access_token TEXT NOT NULL DEFAULT '',"
+    "  public_traffic INTEGER NOT NULL DEFAULT 1,"
+    "  started_at REAL NOT NULL"
+    ");"
+    "CREATE INDEX e2b_sandboxes_owner ON e2b_sandboxes(owner_id, started_at);",
 };
 
 const int store_migrations_count = sizeof(store_migrations) / sizeof(store_migrations[0]);

@@ -253,6 +253,19 @@ int store_sandbox_list_reapable(store_t *s, bool any_timeout, sandbox_rec_t **ou
                       any_timeout, out, n, err);
 }
 
+int store_sandbox_list_due(store_t *s, double now, sandbox_rec_t **out, size_t *n, err_t *err)
+{
+    /* A deadline that hibernates has nothing to do for a sandbox that sleeps or ended. */
+    return list_query(s,
+                      "SELECT " SBX_COLS " FROM sandboxes WHERE status <> 'terminated' AND "
+                      "(intent IS NULL OR intent = '') AND "
+                      "json_extract(spec, '$.deadline.end_at') * 1000 <= ?1 AND NOT "
+                      "(status IN ('hibernated', 'exited') AND "
+                      "json_extract(spec, '$.deadline.action') = 'hibernate') "
+                      "ORDER BY created_at, id",
+                      (int64_t)(now * 1000), out, n, err);
+}
+
 void store_sandbox_list_free(sandbox_rec_t *items, size_t n)
 {
     for (size_t i = 0; i < n; i++)

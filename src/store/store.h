@@ -27,6 +27,7 @@ typedef struct {
     char name[129];
     double created_at;
     double last_used_at; /* 0 = never */
+    char kind[8];        /* "sbx" (a bearer token) or "e2b" (an E2B API key, X-API-KEY) */
 } token_info_t;
 
 /* Open (creating) the database at path (":memory:" for tests) and run migrations. */
@@ -87,6 +88,9 @@ double store_user_oldest_create_since(store_t *s, int64_t user_id, double since)
 /* Record a token for user_id; hash is the SHA-256 hex of the secret. */
 int store_token_insert(store_t *s, const char *id, int64_t user_id, const char *name,
                        const char *hash, token_info_t *out, err_t *err);
+/* The same for a token of kind ("sbx", "e2b"). */
+int store_token_insert_kind(store_t *s, const char *id, int64_t user_id, const char *name,
+                            const char *kind, const char *hash, token_info_t *out, err_t *err);
 /* Find the token whose hash matches and its user (ERR_UNAUTHORIZED if none). */
 int store_token_lookup(store_t *s, const char *hash, user_t *user, token_info_t *tok, err_t *err);
 /* Note that a token was used now (rate-limited to one write a minute per token). */

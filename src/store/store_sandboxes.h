@@ -83,6 +83,9 @@ int store_sandbox_get_by_ip(store_t *s, const char *ip, sandbox_rec_t *out, err_
  * daemon-wide idle timeout is set), else those whose spec sets an idle_timeout > 0. */
 int store_sandbox_list_reapable(store_t *s, bool any_timeout, sandbox_rec_t **out, size_t *n,
                                 err_t *err);
+/* Sandboxes whose deadline (spec.deadline.end_at) is at or before now and has something to do:
+ * not terminated, no change under way, not asleep or ended when it would hibernate. */
+int store_sandbox_list_due(store_t *s, double now, sandbox_rec_t **out, size_t *n, err_t *err);
 /* Free an array from the list functions. */
 void store_sandbox_list_free(sandbox_rec_t *items, size_t n);
 /* Set status, intent (SBX_INTENT_NONE clears it) and, if has_exit, the exit code. */

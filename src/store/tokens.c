@@ -6,7 +6,8 @@
 #include "common/util.h"
 #include "store_internal.h"
 
-#define TOKEN_COLS "t.id, t.user_id, u.name, t.name, t.created_at, coalesce(t.last_used_at, 0)"
+#define TOKEN_COLS                                                                                 \
+    "t.id, t.user_id, u.name, t.name, t.created_at, coalesce(t.last_used_at, 0), t.kind"
 
 static void read_token(sqlite3_stmt *st, int col, token_info_t *t)
 {
@@ -16,16 +17,23 @@ static void read_token(sqlite3_stmt *st, int col, token_info_t *t)
     store_col_text(st, col + 3, t->name, sizeof(t->name));
     t->created_at = sqlite3_column_double(st, col + 4);
     t->last_used_at = sqlite3_column_double(st, col + 5);
+    store_col_text(st, col + 6, t->kind, sizeof(t->kind));
 }
 
 int store_token_insert(store_t *s, const char *id, int64_t user_id, const char *name,
                        const char *hash, token_info_t *out, err_t *err)
 {
+    return store_token_insert_kind(s, id, user_id, name, "sbx", hash, out, err);
+}
+
+int store_token_insert_kind(store_t *s, const char *id, int64_t user_id, const char *name,
+                            const char *kind, const char *hash, token_info_t *out, err_t *err)
+{
     STORE_LOCK(s);
     sqlite3_stmt *st _cleanup_stmt_ = NULL;
     if (store_prepare(s,
-                      "INSERT INTO tokens (id, user_id, name, hash, created_at) "
-                      "VALUES (?, ?, ?, ?, ?)",
+                      "INSERT INTO tokens (id, user_id, name, hash, created_at, kind) "
+                      "VALUES (?, ?, ?, ?, ?, ?)",
                       &st, err) < 0)
         return -1;
     double now = now_unix();
@@ -34,6 +42,7 @@ int store_token_insert(store_t *s, const char *id, int64_t user_id, const char *
     sqlite3_bind_text(st, 3, name ? name : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, hash, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 5, now);
+    sqlite3_bind_text(st, 6, kind, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st) != SQLITE_DONE)
         return store_fail(s, "insert token", err);
     if (out) {
@@ -41,6 +50,7 @@ int store_token_insert(store_t *s, const char *id, int64_t user_id, const char *
         snprintf(out->id, sizeof(out->id), "%s", id);
         out->user_id = user_id;
         snprintf(out->name, sizeof(out->name), "%s", name ? name : "");
+        snprintf(out->kind, sizeof(out->kind), "%s", kind);
         out->created_at = now;
     }
     return 0;

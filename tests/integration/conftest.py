@@ -398,6 +398,8 @@ def sbx_user(sbx_daemon, sbx):
 
 # ---- templates: base and code-interpreter, built by templates/build.py as setup does ----
 
+# tpl_daemon's --e2b-domain: E2B's SDKs reach it by api.<domain> and <port>-<id>.<domain>.
+E2B_DOMAIN = "e2b.localhost"
 TEMPLATES_CACHE = os.environ.get("SANDBOXER_TEMPLATES_CACHE", "/var/cache/sandboxer/templates")
 
 
@@ -417,10 +419,11 @@ def ensure_templates(names=("base", "code-interpreter")):
 @pytest.fixture(scope="session")
 def tpl_daemon():
     """One daemon (for the session) with the built-in templates imported and NO registry
-    mirror: what a fresh install that reaches no registry has."""
+    mirror: what a fresh install that reaches no registry has. It answers E2B's SDKs below
+    E2B_DOMAIN too (tests/integration/test_e2b_*.py)."""
     cache = ensure_templates()
     with tempfile.TemporaryDirectory(prefix="sbx-tpl-") as workdir:
-        d = Daemon(workdir, ["--templates-dir", cache])
+        d = Daemon(workdir, ["--templates-dir", cache, "--e2b-domain", E2B_DOMAIN])
         try:
             d.start()
             with httpx.Client(base_url=d.url, timeout=900,
