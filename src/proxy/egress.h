@@ -40,7 +40,7 @@ egress_t *egress_start(const struct egress_config *cfg, err_t *err);
 /* Stop accepting; connections in flight end on their own (bounded by timeouts). */
 void egress_stop(egress_t *e);
 
-/* A valid allow-list pattern: a host name ("pypi.org"), "*." and a domain (its subdomains),
+/* A valid allow-list pattern: a host name ("pkgs.example.org"), "*." and a domain (its subdomains),
  * or an IPv4 address; lowercase, at most 253 characters. */
 bool egress_pattern_valid(const char *p);
 /* Does host (a name or an IPv4 address, any case) match one of allow's patterns? */

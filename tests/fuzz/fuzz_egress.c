@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     static json_t *allow;
     if (!allow)
-        allow = json_pack("[s,s,s]", "pypi.org", "*.example.test", "198.18.0.2");
+        allow = json_pack("[s,s,s]", "pkgs.example.org", "*.example.test", "198.18.0.2");
     (void)egress_host_allowed(allow, rq.host);
     (void)egress_pattern_valid(rq.host);
     if (!rq.tunnel) {

@@ -144,12 +144,12 @@ def test_a_fork_keeps_its_way_out(sbx_daemon, sbx, outside):
 @pytest.mark.parametrize("body", [
     {"network": "proxy"},
     {"network": "proxy", "egress_allow": []},
-    {"network": "none", "egress_allow": ["pypi.org"]},
-    {"network": "proxy", "egress_allow": ["PyPI.org"]},
-    {"network": "proxy", "egress_allow": ["http://pypi.org"]},
+    {"network": "none", "egress_allow": ["pkgs.example.org"]},
+    {"network": "proxy", "egress_allow": ["Pkgs.Example.org"]},
+    {"network": "proxy", "egress_allow": ["http://pkgs.example.org"]},
     {"network": "proxy", "egress_allow": ["*."]},
     {"network": "proxy", "egress_allow": [7]},
-    {"network": "proxy", "egress_allow": "pypi.org"},
+    {"network": "proxy", "egress_allow": "pkgs.example.org"},
     {"network": "tor"},
 ])
 def test_egress_fields_are_checked(sbx, body):

@@ -14,26 +14,36 @@ static uint32_t a4(const char *s)
 
 int main(void)
 {
-    const char *good[] = {"pypi.org", "*.pythonhosted.org", "a-b.example.com", "198.18.0.2",
-                          "localhost"};
+    const char *good[] = {"pkgs.example.org", "*.mirror.example.net", "a-b.example.com",
+                          "198.18.0.2", "localhost"};
     for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++)
         ok(egress_pattern_valid(good[i]), "valid pattern %s", good[i]);
-    const char *bad[] = {"",          "*.",        "PyPI.org",  "http://pypi.org", "pypi.org/",
-                         "a..b",      ".pypi.org", "*pypi.org", "pypi.org:443",    "*.*.org",
-                         "user@host", "a b",       "-a.org"};
+    const char *bad[] = {"",
+                         "*.",
+                         "Pkgs.Example.org",
+                         "http://pkgs.example.org",
+                         "pkgs.example.org/",
+                         "a..b",
+                         ".pkgs.example.org",
+                         "*pkgs.example.org",
+                         "pkgs.example.org:443",
+                         "*.*.org",
+                         "user@host",
+                         "a b",
+                         "-a.org"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
         ok(!egress_pattern_valid(bad[i]), "invalid pattern '%s'", bad[i]);
 
-    json_t *allow = json_pack("[s,s,s]", "pypi.org", "*.pythonhosted.org", "198.18.0.2");
-    ok(egress_host_allowed(allow, "pypi.org"), "exact name");
-    ok(egress_host_allowed(allow, "PyPI.ORG"), "names match in any case");
-    ok(egress_host_allowed(allow, "pypi.org."), "a trailing dot is the same name");
-    ok(!egress_host_allowed(allow, "evilpypi.org"), "not a suffix of another name");
-    ok(!egress_host_allowed(allow, "pypi.org.evil.com"), "not a prefix either");
-    ok(egress_host_allowed(allow, "files.pythonhosted.org"), "*.domain: a subdomain");
-    ok(egress_host_allowed(allow, "a.b.pythonhosted.org"), "*.domain: a deeper subdomain");
-    ok(!egress_host_allowed(allow, "pythonhosted.org"), "*.domain: not the domain itself");
-    ok(!egress_host_allowed(allow, "xpythonhosted.org"), "*.domain: not a longer name");
+    json_t *allow = json_pack("[s,s,s]", "pkgs.example.org", "*.mirror.example.net", "198.18.0.2");
+    ok(egress_host_allowed(allow, "pkgs.example.org"), "exact name");
+    ok(egress_host_allowed(allow, "PKGS.EXAMPLE.ORG"), "names match in any case");
+    ok(egress_host_allowed(allow, "pkgs.example.org."), "a trailing dot is the same name");
+    ok(!egress_host_allowed(allow, "evilpkgs.example.org"), "not a suffix of another name");
+    ok(!egress_host_allowed(allow, "pkgs.example.org.evil.com"), "not a prefix either");
+    ok(egress_host_allowed(allow, "files.mirror.example.net"), "*.domain: a subdomain");
+    ok(egress_host_allowed(allow, "a.b.mirror.example.net"), "*.domain: a deeper subdomain");
+    ok(!egress_host_allowed(allow, "mirror.example.net"), "*.domain: not the domain itself");
+    ok(!egress_host_allowed(allow, "xmirror.example.net"), "*.domain: not a longer name");
     ok(egress_host_allowed(allow, "198.18.0.2"), "an address");
     ok(!egress_host_allowed(allow, "198.18.0.20"), "not another address");
     ok(!egress_host_allowed(allow, ""), "not the empty host");
@@ -48,29 +58,30 @@ int main(void)
     for (size_t i = 0; i < sizeof(open_) / sizeof(*open_); i++)
         ok(egress_address_public(a4(open_[i])), "%s is open", open_[i]);
     struct egress_request rq;
-    const char get[] = "GET http://Pypi.org:8080/a?b HTTP/1.1\r\nHost: pypi.org\r\n"
+    const char get[] = "GET http://Pkgs.example.org:8080/a?b HTTP/1.1\r\nHost: pkgs.example.org\r\n"
                        "Proxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n";
     ok(!egress_parse_request(get, sizeof(get) - 1, &rq) && !rq.tunnel && rq.port == 8080 &&
-           strcmp(rq.host, "Pypi.org") == 0 && strcmp(rq.path, "/a?b") == 0,
+           strcmp(rq.host, "Pkgs.example.org") == 0 && strcmp(rq.path, "/a?b") == 0,
        "absolute-form GET: host, port and origin-form path");
     buf_t out = {0};
     egress_upstream_head(&rq, get, sizeof(get) - 1, &out);
     buf_append(&out, "", 1);
-    is_str(out.data,
-           "GET /a?b HTTP/1.1\r\nHost: pypi.org\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-           "upstream head: origin form, proxy headers dropped, Connection: close");
+    is_str(
+        out.data,
+        "GET /a?b HTTP/1.1\r\nHost: pkgs.example.org\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        "upstream head: origin form, proxy headers dropped, Connection: close");
     buf_free(&out);
     const char conn[] = "CONNECT a.example.test:443 HTTP/1.1\r\n\r\n";
     ok(!egress_parse_request(conn, sizeof(conn) - 1, &rq) && rq.tunnel && rq.port == 443 &&
            strcmp(rq.host, "a.example.test") == 0,
        "CONNECT host:port");
     const char *bad_heads[] = {"CONNECT a.example.test HTTP/1.1\r\n\r\n",
-                               "GET https://pypi.org/ HTTP/1.1\r\n\r\n",
+                               "GET https://pkgs.example.org/ HTTP/1.1\r\n\r\n",
                                "GET / HTTP/1.1\r\n\r\n",
-                               "GET http://user@pypi.org/ HTTP/1.1\r\n\r\n",
-                               "GET http://pypi.org:99999/ HTTP/1.1\r\n\r\n",
-                               "GET http://pypi.org/ HTTP/2\r\n\r\n",
-                               "GET http://pypi.org/ HTTP/1.1 extra\r\n\r\n",
+                               "GET http://user@pkgs.example.org/ HTTP/1.1\r\n\r\n",
+                               "GET http://pkgs.example.org:99999/ HTTP/1.1\r\n\r\n",
+                               "GET http://pkgs.example.org/ HTTP/2\r\n\r\n",
+                               "GET http://pkgs.example.org/ HTTP/1.1 extra\r\n\r\n",
                                "HELLO\r\n\r\n"};
     for (size_t i = 0; i < sizeof(bad_heads) / sizeof(*bad_heads); i++)
         ok(egress_parse_request(bad_heads[i], strlen(bad_heads[i]), &rq) != NULL,
