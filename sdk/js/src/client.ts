@@ -169,8 +169,27 @@ export class Sandboxer {
     this.snapshots = new Snapshots(this.http);
   }
 
-  /** Creates a sandbox from an image (or a snapshot) and answers it once it runs. */
-  async create(opts: CreateOptions = {}): Promise<Sandbox> {
+  /**
+   * Creates a sandbox from an image (or a snapshot, or a template) and answers it once it
+   * runs. Also takes the reference Sandboxer SDK's positional form,
+   * `create("redis", "label", false)` (image, label, interactive), with options after them.
+   */
+  async create(opts?: CreateOptions): Promise<Sandbox>;
+  async create(image: string, label?: string, interactive?: boolean, opts?: CreateOptions): Promise<Sandbox>;
+  async create(
+    first: CreateOptions | string = {},
+    label?: string,
+    interactive?: boolean,
+    rest: CreateOptions = {},
+  ): Promise<Sandbox> {
+    let opts: CreateOptions;
+    if (typeof first === "string") {
+      opts = { ...rest, image: first };
+      if (label !== undefined && label !== null) opts.label = label;
+      if (interactive !== undefined && interactive !== null) opts.interactive = interactive;
+    } else {
+      opts = first ?? {};
+    }
     const w = await this.http.json<Record<string, unknown>>("POST", "/sandboxes", { json: createBody(opts), signal: opts.signal });
     return new Sandbox(this.http, toSandboxInfo(w));
   }

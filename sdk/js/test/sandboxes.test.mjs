@@ -52,6 +52,18 @@ test("create, get, list, update and delete a sandbox", T, async (t) => {
   assert.equal((await second.refresh()).status, "terminated");
 });
 
+test("the reference SDK's positional create(image, label, interactive) form", T, async (t) => {
+  const label = `sdk-js positional ${process.pid}`;
+  const box = track(t, await sbx.create(IMAGE, label, false, { env: { WHO: "positional" }, signal: AbortSignal.timeout(120_000) }));
+  assert.equal(box.status, "running");
+  assert.equal(box.label, label);
+  assert.equal(box.info.interactive, false);
+  assert.equal((await box.exec("echo $WHO")).stdout, "positional\n");
+  const tty = track(t, await sbx.create(IMAGE, `${label} tty`, true, { args: ["sh"], signal: AbortSignal.timeout(120_000) }));
+  assert.equal(tty.info.interactive, true);
+  assert.equal(tty.label, `${label} tty`);
+});
+
 test("a main process that exits: wait() and logs", T, async (t) => {
   const box = await create(t, { args: ["sh", "-c", "echo main-out; echo main-err >&2; exit 4"] });
   const info = await box.wait({ timeout: 20_000 });
