@@ -1,4 +1,6 @@
 """Fixtures that run the real daemon on a temporary state dir and a free port."""
+import contextlib
+import fcntl
 import glob
 import itertools
 import os
@@ -30,6 +32,41 @@ def wait_for(what, fn, timeout=30, interval=0.05):
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+_HOST_LOCKS = {}  # name -> [open lock file, holders in this process]
+
+
+@contextlib.contextmanager
+def host_exclusive(name, timeout=1800):
+    """Hold a host-wide lock while a module uses fixed host resources (a bridge, an nft table,
+    links and addresses of its own, the doctor's probe names): CI runs the plain and the
+    sanitizer suites side by side, and two runs of such a module would tear down or answer
+    for each other. Re-entrant within this process; gives up after timeout seconds."""
+    held = _HOST_LOCKS.get(name)
+    if held:
+        held[1] += 1
+    else:
+        lockdir = "/run/lock" if os.path.isdir("/run/lock") else tempfile.gettempdir()
+        f = open(os.path.join(lockdir, f"sandboxer-tests-{name}.lock"), "w")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    f.close()
+                    raise AssertionError(f"another test run held the {name} lock for {timeout} s")
+                time.sleep(0.2)
+        held = _HOST_LOCKS[name] = [f, 1]
+    try:
+        yield
+    finally:
+        held[1] -= 1
+        if held[1] == 0:
+            del _HOST_LOCKS[name]
+            held[0].close()  # releases the lock
 
 
 def free_port():

@@ -14,7 +14,15 @@ import time
 
 import pytest
 
-from conftest import BIN, ROOT
+from conftest import BIN, ROOT, host_exclusive
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_run_at_a_time():
+    """This module's fixed names and probes are host-wide: one test run at a time."""
+    with host_exclusive("doctor"):
+        yield
+
 
 CONF = "/etc/sysctl.d/90-sandboxer.conf"
 SYSCTLS = {  # check id: the value it wants at least

@@ -17,6 +17,17 @@ import time
 
 import pytest
 
+from conftest import host_exclusive
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_run_at_a_time():
+    """Its bridge, table, links and addresses are fixed: one test run at a time on the host
+    (shared with test_egress and test_net_security, whose links use 198.18.0.0/15 too)."""
+    with host_exclusive("host-net"):
+        yield
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("SANDBOXER_BIN", os.path.join(ROOT, "build", "sandboxer"))
 NET_TOOL = os.environ.get(
