@@ -11,7 +11,17 @@ import time
 
 import pytest
 
+from conftest import host_exclusive
 from test_fork import fork
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_run_at_a_time():
+    """The "outside" namespace and links have fixed names and addresses: one test run at a
+    time on the host (shared with test_net_module, whose addresses are in 198.18.0.0/15 too)."""
+    with host_exclusive("host-net"):
+        yield
+
 
 OUT_IF = "sbxegout0"
 OUT_HOST, OUT_NS, OTHER_NS = "198.18.1.1", "198.18.1.2", "198.18.1.3"

@@ -23,10 +23,19 @@ import time
 import httpx
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, host_exclusive
 from test_egress import OUT_HOST, PORT, gateway, get_via, outside, via_proxy  # noqa: F401
 from test_fork import fork
 from test_network import HTTPD, fetch, wait_http
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_run_at_a_time():
+    """The "outside" namespace and links have fixed names and addresses: one test run at a
+    time on the host (shared with test_net_module, whose addresses are in 198.18.0.0/15 too)."""
+    with host_exclusive("host-net"):
+        yield
+
 
 NET_RAW_BIT = 1 << 13
 
