@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, wait_for
 
 SERVER = r"""
 import hashlib, os, socket, threading, time
@@ -444,10 +444,14 @@ def test_clones_run_in_their_own_cgroups(sbx):
     try:
         for sid in (parent, child, started):
             assert ask(sbx, sid)["size"] == 20 << 20
-            procs = cgroup_procs(sid)
-            assert procs, f"no cgroup for {sid}"
-            sets = list(procs.values())
-            assert sets[0] and all(s == sets[0] for s in sets), (sid, procs)
+            assert cgroup_procs(sid), f"no cgroup for {sid}"
+
+            def same_everywhere():
+                # a process being started (an exec's) joins the hierarchies one at a time
+                sets = list(cgroup_procs(sid).values())
+                return sets if sets[0] and all(x == sets[0] for x in sets) else None
+            sets = wait_for(f"the same processes in every cgroup hierarchy of {sid}",
+                            same_everywhere, timeout=10)
             comms = set()
             for pid in sets[0]:
                 try:
