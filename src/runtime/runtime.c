@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -33,7 +34,15 @@ extern char **environ;
 
 void runtime_configure(const struct runtime_config *c)
 {
+    /* The platform probe's thread reads the agent's path after the caller's copy is gone
+     * (sbx_open builds it on the heap): keep our own. The other strings live as long as the
+     * daemon's configuration. */
+    static char agent_bin[PATH_MAX];
     cfg = *c;
+    if (c->agent_bin) {
+        snprintf(agent_bin, sizeof(agent_bin), "%s", c->agent_bin);
+        cfg.agent_bin = agent_bin;
+    }
     runtime_runc.bin = cfg.runc;
     runtime_runsc.bin = cfg.runsc;
     for (size_t i = 0; i < ARRAY_SIZE(table); i++)
