@@ -56,24 +56,6 @@ bool agent_auth_on(void)
     return token[0] != '\0';
 }
 
-/* Read exactly n bytes from fd (blocking or not) before deadline. */
-static int read_exact(int fd, uint8_t *p, size_t n, double deadline)
-{
-    while (n > 0) {
-        int left = (int)(deadline - now_mono_ms());
-        struct pollfd pfd = {fd, POLLIN, 0};
-        if (left <= 0 || poll(&pfd, 1, left) <= 0)
-            return -1;
-        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r, n -= (size_t)r;
-    }
-    return 0;
-}
-
 /*
  * Is the peer of fd on the host? gVisor backs a connection from the host with a host socket,
  * which refuses to send while SO_PASSCRED is set (EINVAL): there is no host peer to pass
@@ -103,7 +85,7 @@ int agent_auth_gate(int fd, int timeout_ms)
     if (!agent_auth_on())
         return 0;
     uint8_t hdr[AGENT_HEADER_LEN];
-    if (read_exact(fd, hdr, sizeof(hdr), now_mono_ms() + timeout_ms) < 0)
+    if (recv_exact(fd, hdr, sizeof(hdr), now_mono_ms() + timeout_ms) < 0)
         return -1;
     struct agent_frame f;
     size_t used;

@@ -81,25 +81,6 @@ static int impostor(err_t *err)
                    "agent (something in the sandbox replaced it); the daemon refuses to use it");
 }
 
-/* Read exactly n bytes before deadline, never more: what follows belongs to the caller's
- * reader (the console sends its replay right behind AUTH_OK). */
-static int read_exact(int fd, uint8_t *p, size_t n, double deadline)
-{
-    while (n > 0) {
-        int left = (int)(deadline - now_mono_ms());
-        struct pollfd pfd = {fd, POLLIN, 0};
-        if (left <= 0 || poll(&pfd, 1, left) <= 0)
-            return -1;
-        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r, n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* AUTH → AUTH_OK carrying token, compared in constant time. */
 static int check_token(int fd, const char *token, int timeout_ms, err_t *err)
 {
@@ -110,11 +91,11 @@ static int check_token(int fd, const char *token, int timeout_ms, err_t *err)
     struct agent_frame f;
     size_t used;
     if (n != sizeof(got) || agentc_send(fd, AGENT_AUTH, NULL, 0, &e) < 0 ||
-        read_exact(fd, hdr, sizeof(hdr), deadline) < 0 ||
+        recv_exact(fd, hdr, sizeof(hdr), deadline) < 0 ||
         agent_frame_parse(hdr, sizeof(hdr), &f, &used) != AGENT_PARSE_INCOMPLETE ||
         hdr[4] != AGENT_AUTH_OK ||
         ((uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3]) != n ||
-        read_exact(fd, got, n, deadline) < 0 || !consttime_eq(got, token, n))
+        recv_exact(fd, got, n, deadline) < 0 || !consttime_eq(got, token, n))
         return impostor(err);
     return 0;
 }

@@ -1,12 +1,14 @@
 #include "util.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -172,4 +174,22 @@ bool mkdir_p(const char *path, unsigned mode)
         return false;
     struct stat st;
     return stat(tmp, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int recv_exact(int fd, void *p, size_t n, double deadline)
+{
+    unsigned char *q = p;
+    while (n > 0) {
+        int left = (int)(deadline - now_mono_ms());
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&pfd, 1, left) <= 0)
+            return -1;
+        ssize_t r = recv(fd, q, n, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r <= 0)
+            return -1;
+        q += r, n -= (size_t)r;
+    }
+    return 0;
 }

@@ -19,6 +19,11 @@ double now_unix(void);
 /* Monotonic time in milliseconds. */
 double now_mono_ms(void);
 
+/* Read exactly n bytes from socket fd (blocking or not) before deadline (now_mono_ms's
+ * clock), never more: what follows stays for the caller's reader. 0, or -1 on EOF, error or
+ * timeout. */
+int recv_exact(int fd, void *p, size_t n, double deadline);
+
 /* Parse "16M", "512MiB", "1g", "4096" into bytes; false on garbage or overflow. */
 bool parse_size(const char *s, uint64_t *out);
 /* Parse a base-10 integer within [min, max]; false on garbage or out of range. */
