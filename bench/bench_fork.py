@@ -158,7 +158,7 @@ class SandboxerFork:
     def fork(self):
         self.seq += 1
         t0 = time.perf_counter_ns()
-        r = self.sbx.request("POST", f"/sandboxes/{self.sid}/fork", expect=(201,),
+        r = self.sbx.request("POST", f"/sandboxes/{self.sid}/fork", expect=(200,),
                              timeout=SLOW_OP, json={})
         dt = (time.perf_counter_ns() - t0) / 1e6
         child = r.json()
@@ -203,7 +203,7 @@ class SandboxerFork:
         def op():
             self.seq += 1
             t0 = time.perf_counter_ns()
-            r = self.sbx.request("POST", "/sandboxes", expect=(201,), timeout=SLOW_OP,
+            r = self.sbx.request("POST", "/sandboxes", expect=(200,), timeout=SLOW_OP,
                                  json={"snapshot": name})
             dt = (time.perf_counter_ns() - t0) / 1e6
             sid = r.json()["id"]

@@ -178,7 +178,7 @@ def main():
         auth = sbx.http.headers["Authorization"]
 
         log("sandboxer: creating the server sandbox (pulls the python image, untimed)")
-        r = sbx.request("POST", "/sandboxes", expect=(201,), timeout=300, json={
+        r = sbx.request("POST", "/sandboxes", expect=(200,), timeout=300, json={
             "image": "python", "args": ["python3", "-c", SERVER, str(args.big_mb)],
             "ports": [PORT]})
         sandbox = r.json()

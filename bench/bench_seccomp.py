@@ -80,7 +80,7 @@ def syscalls(sbx, sid, probe):
 def fork_op(sbx, sid):
     def op():
         t0 = time.perf_counter_ns()
-        r = sbx.request("POST", f"/sandboxes/{sid}/fork", expect=(201,), json={}, timeout=300)
+        r = sbx.request("POST", f"/sandboxes/{sid}/fork", expect=(200,), json={}, timeout=300)
         dt = (time.perf_counter_ns() - t0) / 1e6
         sbx.ids.add(r.json()["id"])
         sbx.delete(r.json()["id"])

@@ -329,7 +329,7 @@ class Soak:
 
     def op_create(self, _box):
         image = self.rng.choices(["node", "busybox", "hello-world"], [80, 15, 5])[0]
-        r = self.call("POST", "/sandboxes", ok=(201,), timeout=max(self.args.op_timeout, 300),
+        r = self.call("POST", "/sandboxes", ok=(200,), timeout=max(self.args.op_timeout, 300),
                       json={"image": image, "label": "soak"})
         box = Box(r.json()["id"], image)
         self.adopt(box)
@@ -388,7 +388,7 @@ class Soak:
         box.procs.add(r.json()["pid"])
 
     def op_fork(self, box):
-        r = self.call("POST", f"/sandboxes/{box.id}/fork", ok=(201,), json={"label": "soak"})
+        r = self.call("POST", f"/sandboxes/{box.id}/fork", ok=(200,), json={"label": "soak"})
         child = Box(r.json()["id"], box.image, parent=box.id)
         child.inherit(box)
         self.adopt(child)
@@ -466,7 +466,7 @@ class Soak:
             box.status = "running"
         if r.json().get("memory_preserved") is not True:
             raise OpFailure(f"snapshot of {box.id[:12]}: {r.text[:300]}")
-        r = self.call("POST", "/sandboxes", ok=(201,), json={"snapshot": name, "label": "soak"})
+        r = self.call("POST", "/sandboxes", ok=(200,), json={"snapshot": name, "label": "soak"})
         new = Box(r.json()["id"], box.image)
         new.inherit(box)
         self.adopt(new)

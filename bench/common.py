@@ -367,7 +367,7 @@ class Sandboxer:
 
     def create(self, client=None, body=None, timeout=300):
         """POST /sandboxes (busybox unless body says otherwise); returns the new id."""
-        r = self.request("POST", "/sandboxes", expect=(201,), timeout=timeout, client=client,
+        r = self.request("POST", "/sandboxes", expect=(200,), timeout=timeout, client=client,
                          json=body or {"image": "busybox"})
         sid = r.json()["id"]
         self.ids.add(sid)

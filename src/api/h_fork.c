@@ -30,7 +30,7 @@ int h_fork(api_req_t *r, err_t *err)
         return -1;
     if (sbx_fork(r->api->sbx, &r->user, id, b.label, b.hostname, &out, err) < 0)
         return -1;
-    api_reply_json(r, 201, out);
+    api_reply_json(r, 200, out);
     return 0;
 }
 

@@ -103,6 +103,8 @@ static void close_with_exit(struct session *s, const struct agentc_exit *x)
     else
         snprintf(reason, sizeof(reason), "{\"exit_code\":%d,\"signal\":null}", x->exit_code);
     s->exit_code = x->exit_code;
+    /* In the history before the client hears of the end: it may ask right after. */
+    sbx_term_finish(s->term, x->exit_code);
     ws_close(s->ws, 1000, reason);
 }
 

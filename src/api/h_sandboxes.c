@@ -16,7 +16,7 @@ int h_sandbox_create(api_req_t *r, err_t *err)
     if (api_body_object(r, false, &body, err) < 0 || sbx_create_req_decode(body, &q, err) < 0 ||
         sbx_create(r->api->sbx, &r->user, &q, &out, err) < 0)
         return -1;
-    api_reply_json(r, 201, out);
+    api_reply_json(r, 200, out);
     return 0;
 }
 

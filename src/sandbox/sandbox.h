@@ -174,6 +174,8 @@ const char *sbx_term_id(const sbx_term_t *t);
 void sbx_term_touch(sbx_term_t *t);
 /* End the session: close the connection (the agent then kills a PTY command's process
  * group), record the exit code (-1: unknown), release the sandbox. */
+/* Record the session's end in the exec history (once; sbx_term_close does it if not yet). */
+void sbx_term_finish(sbx_term_t *t, int exit_code);
 void sbx_term_close(sbx_term_t *t, int exit_code);
 
 /* What owner's sandbox uses now: cpu, memory, pids (running or paused), disk (its writable

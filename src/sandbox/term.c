@@ -123,18 +123,24 @@ void sbx_term_touch(sbx_term_t *t)
     store_sandbox_touch(t->m->store, t->l->id);
 }
 
+void sbx_term_finish(sbx_term_t *t, int exit_code)
+{
+    if (!t || !t->eid)
+        return;
+    store_exec_end(t->m->store, t->eid, exit_code, NULL);
+    sbx_event(t->m, t->owner_id, t->l->id, "exec",
+              json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)t->eid, "command", "pty",
+                        "exit_code", exit_code));
+    t->eid = 0;
+}
+
 void sbx_term_close(sbx_term_t *t, int exit_code)
 {
     if (!t)
         return;
     /* The agent kills the process group of an exec whose connection closes. */
     agentc_close(t->fd);
-    if (t->eid) {
-        store_exec_end(t->m->store, t->eid, exit_code, NULL);
-        sbx_event(t->m, t->owner_id, t->l->id, "exec",
-                  json_pack("{s:I, s:s, s:i}", "execution_id", (json_int_t)t->eid, "command", "pty",
-                            "exit_code", exit_code));
-    }
+    sbx_term_finish(t, exit_code);
     store_sandbox_touch(t->m->store, t->l->id);
     sbx_use_end(t->m, t->l);
     agentc_reader_free(&t->reader);

@@ -310,6 +310,15 @@ test('code interpreter: runCode keeps state across cells and across pause/connec
   assert.equal(second.text, '42')
   const bad = await sbx.runCode('1 / 0')
   assert.equal(bad.error.name, 'ZeroDivisionError')
+  assert.match(bad.error.traceback, /ZeroDivisionError/)
+
+  // a matplotlib figure comes back as a PNG result
+  const fig = await sbx.runCode(
+    'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()')
+  assert.equal(fig.error, undefined)
+  const png = fig.results.find(r => r.png)
+  assert.ok(png, JSON.stringify(fig.results.map(r => r.formats())))
+  assert.equal(Buffer.from(png.png, 'base64').subarray(1, 4).toString(), 'PNG')
 
   assert.equal(await CodeSandbox.pause(sbx.sandboxId), true)
   const back = await CodeSandbox.connect(sbx.sandboxId)

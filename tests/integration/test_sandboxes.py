@@ -414,5 +414,5 @@ def test_a_client_that_gives_up_kills_its_exec(sbx):
             _time.sleep(0.2)
     # nothing holds the sandbox: a fork goes through at once
     r = sbx.post(f"/sandboxes/{sid}/fork", json={}, timeout=60)
-    assert r.status_code == 201, r.text
+    assert r.status_code == 200, r.text
     sbx.created.append(r.json()["id"])

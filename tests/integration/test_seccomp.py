@@ -171,7 +171,7 @@ def test_fork_and_hibernation_keep_the_filter(sbx, probe):
     put(sbx, sid, "/tmp/seccomp_probe", probe, mode="755")
     sbx.sh(sid, "sleep 100000 >/dev/null 2>&1 &")
     r = sbx.post(f"/sandboxes/{sid}/fork", json={"label": "sc-child"}, timeout=120)
-    assert r.status_code == 201 and r.json()["memory_preserved"] is True, r.text
+    assert r.status_code == 200 and r.json()["memory_preserved"] is True, r.text
     child = r.json()["id"]
     sbx.created.append(child)
     assert_profile_holds(run_probe(sbx, child))
