@@ -67,7 +67,7 @@ $(FUZZ_BUILD)/build.ninja:
 
 fuzz: setup $(FUZZ_BUILD)/build.ninja
 	ninja -C $(FUZZ_BUILD)
-	@for t in request agent procs image proxy ws egress; do \
+	@for t in request agent procs image proxy ws egress e2b; do \
 	  work=$$(mktemp -d); cp tests/fuzz/corpus/$$t/* $$work/; \
 	  echo "fuzz_$$t: $(FUZZ_SECONDS)s"; \
 	  if ./$(FUZZ_BUILD)/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \

@@ -86,9 +86,14 @@ const char *e2b_rpc_code(const err_t *err)
 
 int e2b_rpc_message(api_req_t *r, json_t **out, err_t *err)
 {
-    const char *ct = api_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
-    const char *p = r->body.data ? r->body.data : "";
-    size_t n = r->body.len;
+    return e2b_rpc_parse(api_header(r, MHD_HTTP_HEADER_CONTENT_TYPE), r->body.data, r->body.len,
+                         out, err);
+}
+
+int e2b_rpc_parse(const char *ct, const char *p, size_t n, json_t **out, err_t *err)
+{
+    if (!p)
+        p = "", n = 0;
     if (ct && strncasecmp(ct, "application/connect+json", 24) == 0) {
         const unsigned char *u = (const unsigned char *)p;
         if (n < 5)

@@ -115,6 +115,8 @@ unsigned e2b_rpc_status(const char *code);
 /* The request message of r: a unary call's JSON body, or a streaming call's one enveloped
  * message (a new reference). */
 int e2b_rpc_message(api_req_t *r, json_t **out, err_t *err);
+/* The same from a Content-Type and a body (the part fuzz_e2b drives). */
+int e2b_rpc_parse(const char *content_type, const char *body, size_t n, json_t **out, err_t *err);
 /* Reply to a unary call with the message msg (stolen). */
 void e2b_rpc_reply(api_req_t *r, json_t *msg);
 /* A member of a request message by its JSON name or proto name ("exitCode", "exit_code"). */
@@ -137,6 +139,16 @@ bool e2b_rpc_send(struct e2b_stream *st, json_t *msg);
 void e2b_rpc_end(struct e2b_stream *st, const err_t *err);
 /* Cut the stream short (the connection drops, as when a sandbox dies under E2B's envd). */
 void e2b_rpc_abort(struct e2b_stream *st);
+/* E2B's v1 signature of a file URL: "v1_" + unpadded base64 of SHA-256 over
+ * "path:operation:user:token[:expires]" (expires: NULL when the URL has none). 0 when sig is
+ * that signature and it has not expired at now (Unix seconds), else -1 with err set. */
+int e2b_signature_check(const char *path, const char *operation, const char *user,
+                        const char *token, const char *expires, const char *sig, double now,
+                        err_t *err);
+/* The label of host just below domain (lower case, into out), or false. */
+bool e2b_host_label(const char *host, const char *domain, char *out, size_t size);
+/* A sandbox's host label "<port>-<id>": its port and E2B id (out: E2B_ID_LEN + 1), or false. */
+bool e2b_sandbox_label(const char *label, int *port, char *id);
 /* Base64 of n bytes (a JSON string, protobuf's bytes). */
 json_t *e2b_base64_json(const void *p, size_t n);
 /* Decode a protobuf bytes member (standard or URL-safe base64) into out. */

@@ -27,21 +27,19 @@
 
 /* ---- signatures ------------------------------------------------------------------------- */
 
-/* Check ?signature= (and ?signature_expiration=) of r for operation on the query's path. */
-static int check_signature(api_req_t *r, const struct e2b_box *b, const char *operation, err_t *err)
+int e2b_signature_check(const char *path, const char *operation, const char *user,
+                        const char *token, const char *exp, const char *sig, double now, err_t *err)
 {
-    const char *sig = api_query(r, "signature"), *exp = api_query(r, "signature_expiration");
-    const char *path = api_query(r, "path"), *user = api_query(r, "username");
     long long expires = 0;
     if (!sig)
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized",
                        "missing signature query parameter");
     if (exp && !parse_int(exp, 0, 1LL << 40, &expires))
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid signature");
-    _cleanup_free_ char *raw = exp ? xasprintf("%s:%s:%s:%s:%lld", path ? path : "", operation,
-                                               user ? user : "", b->rec.access_token, expires)
-                                   : xasprintf("%s:%s:%s:%s", path ? path : "", operation,
-                                               user ? user : "", b->rec.access_token);
+    _cleanup_free_ char *raw =
+        exp ? xasprintf("%s:%s:%s:%s:%lld", path ? path : "", operation, user ? user : "", token,
+                        expires)
+            : xasprintf("%s:%s:%s:%s", path ? path : "", operation, user ? user : "", token);
     unsigned char md[SHA256_DIGEST_LENGTH];
     char b64[64], want[72];
     SHA256((const unsigned char *)raw, strlen(raw), md);
@@ -50,9 +48,17 @@ static int check_signature(api_req_t *r, const struct e2b_box *b, const char *op
     snprintf(want, sizeof(want), "v1_%s", b64);
     if (strlen(sig) != strlen(want) || CRYPTO_memcmp(sig, want, strlen(want)) != 0)
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "invalid signature");
-    if (exp && expires < (long long)now_unix())
+    if (exp && expires < (long long)now)
         return err_set(err, ERR_UNAUTHORIZED, 0, "unauthorized", "signature is already expired");
     return 0;
+}
+
+/* Check ?signature= (and ?signature_expiration=) of r for operation on the query's path. */
+static int check_signature(api_req_t *r, const struct e2b_box *b, const char *operation, err_t *err)
+{
+    return e2b_signature_check(api_query(r, "path"), operation, api_query(r, "username"),
+                               b->rec.access_token, api_query(r, "signature_expiration"),
+                               api_query(r, "signature"), now_unix(), err);
 }
 
 /* The sandbox, the token or signature checked, the user. */

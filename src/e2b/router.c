@@ -112,10 +112,9 @@ static const struct route *find(const struct route *table, size_t n, api_req_t *
     return NULL;
 }
 
-/* The label of host just below the E2B domain (lower case, into out), or false. */
-static bool label_below(const char *host, const char *domain, char *out, size_t size)
+bool e2b_host_label(const char *host, const char *domain, char *out, size_t size)
 {
-    if (!host || !domain || host[0] == '[')
+    if (!host || !domain || !*domain || host[0] == '[')
         return false;
     size_t hl = strcspn(host, ":"), dl = strlen(domain);
     if (hl && host[hl - 1] == '.') /* fully qualified */
@@ -131,19 +130,28 @@ static bool label_below(const char *host, const char *domain, char *out, size_t 
     return true;
 }
 
-/* "<port>-<id>" into r->e2b_port and r->e2b_id. */
-static bool sandbox_label(api_req_t *r, const char *label)
+bool e2b_sandbox_label(const char *label, int *port, char *id)
 {
-    long long port;
+    long long p;
     const char *dash = strchr(label, '-');
     char num[8];
     if (!dash || (size_t)(dash - label) >= sizeof(num))
         return false;
     snprintf(num, sizeof(num), "%.*s", (int)(dash - label), label);
-    if (!parse_int(num, 1, 65535, &port) || !e2b_id_valid(dash + 1))
+    if (!parse_int(num, 1, 65535, &p) || !e2b_id_valid(dash + 1))
         return false;
-    r->e2b_port = (int)port;
-    snprintf(r->e2b_id, sizeof(r->e2b_id), "%s", dash + 1);
+    *port = (int)p;
+    memcpy(id, dash + 1, E2B_ID_LEN + 1);
+    return true;
+}
+
+/* "<port>-<id>" into r->e2b_port and r->e2b_id. */
+static bool sandbox_label(api_req_t *r, const char *label)
+{
+    char id[E2B_ID_LEN + 1];
+    if (!e2b_sandbox_label(label, &r->e2b_port, id))
+        return false;
+    snprintf(r->e2b_id, sizeof(r->e2b_id), "%s", id);
     return true;
 }
 
@@ -208,7 +216,7 @@ bool e2b_route(api_req_t *r, const struct route **route, bool *known)
     const char *domain = r->api->cfg.e2b_domain;
     const char *host = api_header(r, MHD_HTTP_HEADER_HOST);
     char label[96];
-    bool below = label_below(host, domain, label, sizeof(label));
+    bool below = e2b_host_label(host, domain, label, sizeof(label));
     if (below && api_host(r, label)) {
         r->dialect = API_E2B_CONTROL;
     } else if ((below && sandbox_label(r, label)) ||
