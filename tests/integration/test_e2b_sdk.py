@@ -127,6 +127,29 @@ def test_e2b_keys_are_their_own_kind(tpl_daemon, e2b_users):
     assert key not in r.text and key[4:] not in r.text
 
 
+def test_the_envd_token_guards_secure_sandboxes_only(tpl_daemon, e2b_users):
+    """What docs/e2b.md warns of: without secure, envd needs no token, only the id."""
+    d = tpl_daemon
+    alice = e2b_users("e2b-secure-a")
+    tight = alice.create(secure=True, timeout=120)
+    loose = alice.create(secure=False, timeout=120)
+    assert tight["envdAccessToken"] and not loose.get("envdAccessToken")
+
+    def stat(sbx, token=None):
+        h = {"E2b-Sandbox-Id": sbx["sandboxID"], "E2b-Sandbox-Port": "49983",
+             "Connect-Protocol-Version": "1"}
+        if token:
+            h["X-Access-Token"] = token
+        return httpx.post(d.url + "/filesystem.Filesystem/Stat", json={"path": "/home/user"},
+                          headers=h, timeout=30)
+
+    assert stat(tight).status_code == 401
+    assert stat(tight, "wrong").status_code == 401
+    assert stat(tight, tight["envdAccessToken"]).status_code == 200
+    r = stat(loose)  # no key, no token: the id is enough
+    assert r.status_code == 200 and r.json()["entry"]["name"] == "user", r.text
+
+
 def test_e2b_bad_input_gets_e2b_errors(tpl_daemon, e2b_users):
     d = tpl_daemon
     alice, bob = e2b_users("e2b-bad-a"), e2b_users("e2b-bad-b")
