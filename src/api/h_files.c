@@ -203,6 +203,44 @@ static int check_readable(api_req_t *r, const char *key, const struct agentc_fil
     return sbx_file_read(r->api->sbx, &r->user, key, &probe, NULL, discard, NULL, err);
 }
 
+/* Files up to this size are read whole before the answer starts (see read_small). */
+#define SMALL_FILE (1u << 20)
+
+/*
+ * A small file read whole, then answered with the length of what was read: a file rewritten
+ * while it is downloaded (`echo $i > /tmp/count`, a log rotated) is never answered with a
+ * Content-Length its body cannot keep. A file that shrank while it was read is answered
+ * with what read() gave up to its end, as `cat` would print it. 1 when it grew too large
+ * (stream it instead), 0 answered, -1 err.
+ */
+static int read_small(api_req_t *r, const char *key, const struct agentc_file_req *q, err_t *err)
+{
+    buf_t b __attribute__((cleanup(buf_free))) = {0};
+    int rc = sbx_file_read_whole(r->api->sbx, &r->user, key, q, SMALL_FILE, &b, err);
+    if (rc != 0)
+        return rc;
+    struct range rg;
+    if (parse_range(api_header(r, MHD_HTTP_HEADER_RANGE), b.len, &rg, err) < 0) {
+        if (err->kind != ERR_RANGE)
+            return -1;
+        api_reply_error(r, err);
+        char cr[48];
+        snprintf(cr, sizeof(cr), "bytes */%zu", b.len);
+        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+        return 0;
+    }
+    api_reply_bytes(r, rg.partial ? 206 : 200, content_type(q->path),
+                    b.data ? b.data + rg.offset : "", (size_t)rg.length);
+    MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    if (rg.partial) {
+        char cr[96];
+        snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%zu", rg.offset,
+                 rg.offset + rg.length - 1, b.len);
+        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+    }
+    return 0;
+}
+
 int h_files_get(api_req_t *r, err_t *err)
 {
     _cleanup_free_ char *key = api_param(r, "id");
@@ -231,6 +269,11 @@ int h_files_get(api_req_t *r, err_t *err)
     /* A symlink's own size is its target's name: stream the target without a length. */
     int64_t size =
         strcmp(type, "file") == 0 ? json_integer_value(json_object_get(info, "size")) : -1;
+    if (size >= 0 && size <= SMALL_FILE) {
+        int rc = read_small(r, key, &q, err);
+        if (rc <= 0)
+            return rc;
+    }
     if (check_readable(r, key, &q, err) < 0)
         return -1;
     return download(r, key, q.path, size, err);

@@ -139,6 +139,34 @@ static int discard(void *ctx, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Files up to this size are read whole before the answer starts. */
+#define SMALL_FILE (1u << 20)
+
+/* b's bytes replaced by their gzip stream; -1 (b untouched) on failure. */
+static int gzip_buf(buf_t *b)
+{
+    z_stream z = {0};
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return -1;
+    size_t cap = deflateBound(&z, b->len) + 32;
+    unsigned char *out = xmalloc(cap);
+    z.next_in = (unsigned char *)(b->data ? b->data : "");
+    z.avail_in = (uInt)b->len;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    int rc = deflate(&z, Z_FINISH);
+    size_t n = cap - z.avail_out;
+    deflateEnd(&z);
+    if (rc != Z_STREAM_END) {
+        free(out);
+        return -1;
+    }
+    buf_reset(b);
+    buf_append(b, out, n);
+    free(out);
+    return 0;
+}
+
 int e2b_h_files_get(api_req_t *r, err_t *err)
 {
     struct e2b_box b;
@@ -155,11 +183,33 @@ int e2b_h_files_get(api_req_t *r, err_t *err)
         rc = sbx_file_stat(r->api->sbx, &b.owner, b.rec.sandbox_id, &q, &info, err);
     if (rc == 0 && json_is_true(json_object_get(info, "is_dir")))
         rc = err_set(err, ERR_INVALID, 0, "is_directory", "path '%s' is a directory", path);
+    /* A small file is read whole first, and answered with what was read: one rewritten
+       meanwhile never gets a Content-Length its body cannot keep. */
+    int64_t size = rc == 0 ? json_integer_value(json_object_get(info, "size")) : -1;
+    buf_t whole __attribute__((cleanup(buf_free))) = {0};
+    bool small = false;
+    if (rc == 0 && size >= 0 && size <= SMALL_FILE) {
+        rc = sbx_file_read_whole(r->api->sbx, &b.owner, b.rec.sandbox_id, &q, SMALL_FILE, &whole,
+                                 err);
+        small = rc == 0;
+        if (rc == 1) { /* it grew: stream it */
+            buf_reset(&whole);
+            rc = 0;
+        }
+    }
     /* One byte read first: a file the user may not read is a 403 before any header. */
-    if (rc == 0)
+    if (rc == 0 && !small)
         rc = sbx_file_read(r->api->sbx, &b.owner, b.rec.sandbox_id, &q, NULL, discard, NULL, err);
     struct download *d = NULL;
-    if (rc == 0) {
+    if (rc == 0 && small) {
+        if (wants_gzip(r) && gzip_buf(&whole) == 0) {
+            api_reply_bytes(r, 200, "application/octet-stream", whole.data, whole.len);
+            MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+        } else {
+            api_reply_bytes(r, 200, "application/octet-stream", whole.data ? whole.data : "",
+                            whole.len);
+        }
+    } else if (rc == 0) {
         d = xcalloc(1, sizeof(*d));
         *d = (struct download){.m = r->api->sbx, .owner = b.owner, .gzip = wants_gzip(r)};
         snprintf(d->sid, sizeof(d->sid), "%s", b.rec.sandbox_id);
@@ -168,7 +218,6 @@ int e2b_h_files_get(api_req_t *r, err_t *err)
         if (d->gzip && deflateInit2(&d->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 31, 8,
                                     Z_DEFAULT_STRATEGY) != Z_OK)
             d->gzip = false;
-        int64_t size = json_integer_value(json_object_get(info, "size"));
         rc = api_reply_stream_ex(r, 200, "application/octet-stream", d->gzip ? -1 : size, true,
                                  download_main, d, err);
     }
@@ -184,7 +233,7 @@ int e2b_h_files_get(api_req_t *r, err_t *err)
         /* Sandbox bytes, whatever host serves them: never a page of that origin. */
         MHD_add_response_header(resp, "Content-Security-Policy", "sandbox");
         MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-        if (d->gzip)
+        if (d && d->gzip)
             MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     } else if (d) {
         free(d);

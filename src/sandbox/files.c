@@ -94,6 +94,37 @@ int sbx_file_read(sbx_mgr_t *m, const user_t *owner, const char *key,
     return rc;
 }
 
+struct whole {
+    buf_t *out;
+    size_t max;
+};
+
+static int collect_whole(void *ctx, const uint8_t *p, size_t n)
+{
+    struct whole *w = ctx;
+    if (w->out->len + n > w->max)
+        return -1; /* it grew past the bound */
+    buf_append(w->out, p, n);
+    return 0;
+}
+
+int sbx_file_read_whole(sbx_mgr_t *m, const user_t *owner, const char *key,
+                        const struct agentc_file_req *req, size_t max, buf_t *out, err_t *err)
+{
+    struct agentc_file_req whole = *req;
+    whole.offset = 0;
+    whole.length = 0; /* to its end */
+    struct whole w = {out, max};
+    err_t e = {0};
+    if (sbx_file_read(m, owner, key, &whole, NULL, collect_whole, &w, &e) == 0 ||
+        strcmp(e.code, "file_changed") == 0) /* shrank: what read() gave up to its end */
+        return 0;
+    if (strcmp(e.code, "output_aborted") == 0) /* our collect's bound */
+        return 1;
+    *err = e;
+    return -1;
+}
+
 sbx_files_t *sbx_file_write_begin(sbx_mgr_t *m, const user_t *owner, const char *key,
                                   const struct agentc_file_req *req, err_t *err)
 {

@@ -264,6 +264,11 @@ int sbx_file_list(sbx_mgr_t *m, const user_t *owner, const char *key,
 int sbx_file_read(sbx_mgr_t *m, const user_t *owner, const char *key,
                   const struct agentc_file_req *req, agentc_info_fn on_info, agentc_data_fn on_data,
                   void *ctx, err_t *err);
+/* The whole file path (req's range ignored) into out, when it has at most max bytes: a file
+ * that shrinks while it is read gives what read() returned up to its end, as `cat` would.
+ * 0 done, 1 larger than max (out holds a prefix), -1 err. */
+int sbx_file_read_whole(sbx_mgr_t *m, const user_t *owner, const char *key,
+                        const struct agentc_file_req *req, size_t max, buf_t *out, err_t *err);
 /* Start an atomic write of path; then chunks, then end (or close to abandon it). */
 sbx_files_t *sbx_file_write_begin(sbx_mgr_t *m, const user_t *owner, const char *key,
                                   const struct agentc_file_req *req, err_t *err);

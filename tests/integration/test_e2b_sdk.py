@@ -150,6 +150,34 @@ def test_the_envd_token_guards_secure_sandboxes_only(tpl_daemon, e2b_users):
     assert r.status_code == 200 and r.json()["entry"]["name"] == "user", r.text
 
 
+def test_envd_files_of_a_file_rewritten_while_read(tpl_daemon, e2b_users):
+    """GET /files of a counter rewritten all the time: each answer whole (its length kept),
+    plain and gzip, never a cut connection."""
+    d = tpl_daemon
+    sbx = e2b_users("e2b-rewrite").create(timeout=120)
+    h = {"E2b-Sandbox-Id": sbx["sandboxID"], "E2b-Sandbox-Port": "49983",
+         "X-Access-Token": sbx["envdAccessToken"], "Connect-Protocol-Version": "1"}
+    r = httpx.post(d.url + "/process.Process/Start", headers=h, timeout=30, json={
+        "process": {"cmd": "/bin/sh", "args": ["-c", "nohup sh -c 'i=100000; while true; do "
+                                               "i=$((i+1)); echo $i > /tmp/count; done' "
+                                               ">/dev/null 2>&1 &"]}})
+    # Start's stream ends with the shell; the loop it left runs on
+    assert r.status_code == 200, r.text
+    wait_for("the counter to start", lambda: httpx.get(
+        d.url + "/files", params={"path": "/tmp/count"}, headers=h, timeout=30
+    ).status_code == 200)
+    seen = set()
+    for i in range(200):
+        enc = {"Accept-Encoding": "gzip"} if i % 2 else {"Accept-Encoding": "identity"}
+        r = httpx.get(d.url + "/files", params={"path": "/tmp/count"}, headers={**h, **enc},
+                      timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.content == b"" or (r.content.endswith(b"\n") and r.content[:-1].isdigit()), \
+            r.content
+        seen.add(r.content)
+    assert len(seen) > 10, seen
+
+
 def test_e2b_bad_input_gets_e2b_errors(tpl_daemon, e2b_users):
     d = tpl_daemon
     alice, bob = e2b_users("e2b-bad-a"), e2b_users("e2b-bad-b")

@@ -8,6 +8,8 @@ import time
 
 import httpx
 
+from conftest import wait_for
+
 
 
 @pytest.mark.usefixtures("sbx_rt")  # runc and runsc
@@ -196,3 +198,27 @@ def test_a_file_the_user_may_not_read_is_403_before_any_body(sbx):
     assert r.status_code == 403 and r.json()["code"] == "permission_denied", r.text
     # root (the sandbox's default user here) reads it whole
     assert sbx.get(f"/sandboxes/{sid}/files/tmp/private").content == b"secret\n"
+
+
+def test_a_file_rewritten_while_it_is_read_is_answered_whole(sbx):
+    """A counter rewritten all the time (`echo $i > f` truncates, then writes): every GET is a
+    complete answer whose body matches its Content-Length, never a cut connection."""
+    sid = sbx.create("busybox")["id"]
+    r = sbx.post(f"/sandboxes/{sid}/processes", json={
+        "code": "i=100000; while true; do i=$((i+1)); echo $i > /tmp/count; done"})
+    assert r.status_code == 201, r.text
+    wait_for("the counter to start", lambda: sbx.get(f"/sandboxes/{sid}/files/tmp/count"
+                                                      ).status_code == 200)
+    seen = set()
+    for _ in range(300):
+        r = sbx.get(f"/sandboxes/{sid}/files/tmp/count")  # raises on a short body
+        assert r.status_code == 200, r.text
+        assert int(r.headers["content-length"]) == len(r.content)
+        assert r.content == b"" or (r.content.endswith(b"\n") and r.content[:-1].isdigit()), \
+            r.content
+        seen.add(r.content)
+        r = sbx.get(f"/sandboxes/{sid}/files/tmp/count", headers={"Range": "bytes=0-2"})
+        assert r.status_code in (206, 416), r.text
+        if r.status_code == 206:
+            assert len(r.content) == 3 and r.content.isdigit(), r.content
+    assert len(seen) > 10, seen  # it did change under us
