@@ -152,10 +152,10 @@ class Daemon:
         with open(self.stdout_path, encoding="utf-8", errors="replace") as f:
             return f.read()
 
-    def log(self):
+    def log(self, tail=4000):
         try:
             with open(self.stderr_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-4000:]
+                return f.read()[-tail:]
         except OSError:
             return ""
 

@@ -47,6 +47,15 @@ def live_sandboxes(url, token):
     return [s for s in r.json()["sandboxes"] if s["status"] != "terminated"]
 
 
+def _interesting(log):
+    """The daemon log's warnings and errors, and every sandbox's start, exit and restore."""
+    keep = [line for line in log.splitlines()
+            if any(w in line for w in ("level=warn", "level=error", "\"level\":\"warn\"",
+                                       "\"level\":\"error\"",
+                                       "exited", "restore", "fallback", "criu"))]
+    return "\n".join(keep[-150:])
+
+
 def test_typescript_sdk(sbx_daemon):
     # Not a skip: a machine without Node.js must not pass this test silently.
     assert shutil.which("npm") and shutil.which("node"), \
@@ -72,7 +81,10 @@ def test_typescript_sdk(sbx_daemon):
         output, _ = p.communicate()
         pytest.fail(f"npm test did not finish in {TEST_TIMEOUT} s:\n{output[-20000:]}")
     print(output[-3000:])
-    assert p.returncode == 0, f"npm test failed ({p.returncode}):\n{output[-20000:]}"
+    # the daemon's log says why a sandbox ended or a restore fell back, when a test fails
+    assert p.returncode == 0, (f"npm test failed ({p.returncode}):\n{output[-20000:]}\n"
+                               f"--- the daemon's log, its end:\n"
+                               f"{_interesting(d.log(tail=400000))}")
     assert "ℹ fail 0" in output, output[-5000:]
 
     # every test deleted what it made, failed or not
