@@ -21,10 +21,16 @@ TOKEN_RE = re.compile(r"\bsbx_[0-9a-f]{64}\b")
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
+# The sanitizer build runs 2-5 times slower, and CI runs it beside the plain suite on two
+# cores: every wait on a condition gets this much longer there (a bound, not a sleep).
+SLOW = 3 if os.environ.get("SANDBOXER_SANITIZED") else 1
+
+
 def wait_for(what, fn, timeout=30, interval=0.05):
     """fn() until it returns something true (which is returned); fail saying what was awaited
-    and what fn last returned after timeout seconds. Tests wait on conditions, not sleeps."""
-    deadline = time.monotonic() + timeout
+    and what fn last returned after timeout seconds (times SLOW). Tests wait on conditions,
+    not sleeps."""
+    deadline = time.monotonic() + timeout * SLOW
     last = None
     while time.monotonic() < deadline:
         last = fn()

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from conftest import BIN
+from conftest import BIN, SLOW
 
 
 
@@ -118,7 +118,7 @@ class Follower(threading.Thread):
         return [l["type"] for l in self.lines]
 
     def wait_for(self, pred, timeout=60, what="a line"):
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * SLOW
         while not any(pred(l) for l in list(self.lines)):
             assert time.monotonic() < deadline, f"no {what} in {self.lines[-5:]}"
             assert not self.done.is_set() or any(pred(l) for l in self.lines), \
@@ -580,7 +580,7 @@ def test_following_is_not_activity_the_idle_sandbox_hibernates(sbx):
     f = Follower(sbx, sid, p["pid"])
     f.start()
     f.wait_for(lambda l: l["type"] == "stdout" and l["output"] == "started\n")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 * SLOW
     while sbx.get(f"/sandboxes/{sid}").json()["status"] != "hibernated":
         assert time.monotonic() < deadline, "a follower kept the idle sandbox awake"
         time.sleep(0.2)
@@ -588,7 +588,8 @@ def test_following_is_not_activity_the_idle_sandbox_hibernates(sbx):
     assert not f.done.is_set()
     # a request on the process wakes it; the stream goes on to the end
     signal_(sbx, sid, p["pid"], "KILL")
-    assert f.done.wait(60) and f.lines[-1]["type"] == "exit" and f.lines[-1]["signal"] == 9
+    assert f.done.wait(60 * SLOW)
+    assert f.lines[-1]["type"] == "exit" and f.lines[-1]["signal"] == 9, f.lines[-3:]
     check_cursors(f.lines)
 
 
