@@ -15,6 +15,7 @@ import pytest
 import websocket
 
 from test_terminal import Term, connect
+from conftest import SLOW
 
 # Binds NAME in /run/sandboxer after removing the agent's socket, then answers every
 # connection as an agent would (STARTED, forged STDOUT, EXIT), keeping what it was sent.
@@ -67,7 +68,7 @@ def start_impostor(d, sbx, sid, name):
     assert r.status_code == 200 and r.json()["exit_code"] == 0, r.text
     r = sbx.sh(sid, f"setsid python3 /tmp/imp.py {name} </dev/null >/tmp/imp.log 2>&1 &")
     assert r["exit_code"] == 0, r
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while not os.path.exists(upper(d, sid, "/impostor-ready")):
         assert time.monotonic() < deadline, "the impostor never listened"
         time.sleep(0.05)
@@ -188,7 +189,7 @@ def test_runsc_a_relay_to_the_real_agent_gets_no_exec(sbx_daemon, sbx):
                                                  "stdin": RELAY}, timeout=60)
     assert r.status_code == 200 and r.json()["exit_code"] == 0, r.text
     r = sbx.sh(sid, "setsid python3 /tmp/imp.py </dev/null >/tmp/imp.log 2>&1 &")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while not os.path.exists(upper(sbx_daemon, sid, "/impostor-ready")):
         assert time.monotonic() < deadline, "the relay never listened"
         time.sleep(0.05)

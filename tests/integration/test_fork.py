@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Daemon, Sandboxes, wait_for
+from conftest import Daemon, Sandboxes, wait_for, SLOW
 
 SERVER = r"""
 import hashlib, os, socket, threading, time
@@ -56,7 +56,7 @@ def ask(c, sid, cmd="get"):
 def server_sandbox(c, data_mb=50, **extra):
     s = c.create("python", args=["python3", "-c", SERVER], env={"DATA_MB": str(data_mb)},
                  **extra)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 * SLOW
     while True:
         r = c.sh(s["id"], CLIENT + "get")
         if r["exit_code"] == 0:
@@ -395,7 +395,7 @@ def test_fork_with_an_established_connection(sbx_rt, runtime):
     why, and the parent is left as it was."""
     sbx = sbx_rt
     sid = sbx.create("python", args=["python3", "-c", PINGPONG])["id"]
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while sbx.sh(sid, "cat /tmp/n")["exit_code"] != 0:
         assert time.monotonic() < deadline
         time.sleep(0.1)

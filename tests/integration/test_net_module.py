@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import host_exclusive
+from conftest import host_exclusive, SLOW
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -153,7 +153,7 @@ class Net:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              stdin=subprocess.DEVNULL, text=True, env=ENV)
         self.procs.append(p)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10 * SLOW
         while time.monotonic() < deadline:
             line = p.stdout.readline()
             if "ready" in line:

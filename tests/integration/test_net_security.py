@@ -23,7 +23,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Daemon, Sandboxes, host_exclusive
+from conftest import Daemon, Sandboxes, host_exclusive, SLOW
 from test_egress import OUT_HOST, PORT, gateway, get_via, outside, via_proxy  # noqa: F401
 from test_fork import fork
 from test_network import HTTPD, fetch, wait_http
@@ -205,7 +205,7 @@ def test_forged_arp_moves_no_neighbour_entry_and_steals_no_traffic(sbx_daemon, s
     mallory.sh(attacker["id"], f"python3 /tmp/spoof.py {vip} {free} {gw} 8 /tmp/spoof.out "
                                ">/tmp/spoof.err 2>&1 &")
     wait_file(mallory, attacker["id"], "/tmp/spoof.out", "started")
-    deadline = time.monotonic() + 4
+    deadline = time.monotonic() + 4 * SLOW
     while time.monotonic() < deadline:
         entry = host_neigh(bridge, vip)
         assert mac_of(vip) in entry and "PERMANENT" in entry, entry
@@ -271,7 +271,7 @@ def test_a_freed_address_is_not_reused_after_a_restart_nor_its_flows(sbx_daemon,
     assert conntrack_entries(a2_ip), "the flow is tracked"
     assert sbx.delete(f"/sandboxes/{a2['id']}").status_code == 200
     # its flows are gone at once (a1 goes on sending: those packets are dropped untracked)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 5 * SLOW
     while conntrack_entries(a2_ip):
         assert time.monotonic() < deadline, conntrack_entries(a2_ip)
         time.sleep(0.1)

@@ -8,6 +8,8 @@ import time
 
 from test_fork import fork
 
+from conftest import SLOW
+
 HTTPD = ["sh", "-c", "mkdir -p /www && echo served-by-$(hostname) > /www/index.html && "
          "exec httpd -f -p 8080 -h /www"]
 
@@ -19,7 +21,7 @@ def fetch(c, sid, ip, port=8080, timeout=2):
 
 
 def wait_http(c, sid, ip):
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 15 * SLOW
     while "served-by" not in (out := fetch(c, sid, ip)):
         assert time.monotonic() < deadline, out
         time.sleep(0.2)

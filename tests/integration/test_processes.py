@@ -319,7 +319,7 @@ def test_signal_and_delete(sbx):
     r = sbx.delete(f"/sandboxes/{sid}/processes/{p['pid']}")
     assert r.status_code == 200 and r.json() == {"pid": p["pid"], "deleted": True}
     proc(sbx, sid, p["pid"], expect=404)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * SLOW
     while "sleep 10" in sbx.sh(sid, "ps -o args")["stdout"]:
         assert time.monotonic() < deadline, "the process group survived its delete"
         time.sleep(0.1)

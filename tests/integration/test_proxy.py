@@ -6,6 +6,8 @@ import time
 
 import httpx
 
+from conftest import SLOW
+
 UPLOAD_SERVER = r"""
 import hashlib, http.server
 class H(http.server.BaseHTTPRequestHandler):
@@ -80,7 +82,7 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
 
 def server(c, **extra):
     s = c.create("python", args=["python3", "-c", UPLOAD_SERVER], ports=[8080], **extra)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while c.get(f"/sandboxes/{s['id']}/proxy/ping").status_code != 200:
         assert time.monotonic() < deadline
         time.sleep(0.2)
@@ -217,7 +219,7 @@ def test_caddy_with_tls_internal_serves_a_sandbox_subdomain(registry_url, tmp_pa
                                   "caddyfile"], env=env, stdout=log, stderr=log)
         root = store / "pki" / "authorities" / "local" / "root.crt"
         host = f"{s['name']}.sbx.test"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * SLOW
         out = None
         while time.monotonic() < deadline:
             if root.exists():
@@ -298,7 +300,7 @@ def test_websocket_through_the_proxy(sbx_daemon, sbx):
     import socket
     s = sbx.create("python", args=["python3", "-c", WS_ECHO], ports=[8080])
     key = base64.b64encode(os.urandom(16)).decode()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while True:
         c = socket.create_connection(("127.0.0.1", sbx_daemon.port), timeout=10)
         c.sendall((f"GET /sandboxes/{s['id']}/proxy/ws HTTP/1.1\r\nHost: x\r\n"
@@ -329,7 +331,7 @@ def test_websocket_through_the_proxy(sbx_daemon, sbx):
 @pytest.mark.usefixtures("sbx_rt")  # runc and runsc
 def test_without_a_port_the_listening_one_is_found(sbx):
     s = sbx.create("python", args=["python3", "-c", UPLOAD_SERVER])  # no ports, no ExposedPorts
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while (r := sbx.get(f"/sandboxes/{s['id']}/proxy/found")).status_code != 200:
         assert time.monotonic() < deadline, r.text
         time.sleep(0.2)
@@ -341,7 +343,7 @@ def test_busybox_httpd_through_the_path_and_a_subdomain(registry_url, tmp_path):
     try:
         s = c.create("busybox", args=["sh", "-c", "mkdir -p /www && echo it-works > /www/index.html"
                                       " && exec httpd -f -p 80 -h /www"], ports=[80])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20 * SLOW
         while (r := c.get(f"/sandboxes/{s['id']}/proxy/index.html")).status_code != 200:
             assert time.monotonic() < deadline, r.text
             time.sleep(0.2)

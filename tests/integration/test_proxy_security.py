@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, SLOW
 
 VHOST = "sbx.test"
 TOKEN_RE = re.compile(r"sbx(_|%5f)[0-9a-f]{64}", re.I)
@@ -98,7 +98,7 @@ def env(registry_url):
 
 
 def wait_answer(c, s, port):
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 * SLOW
     while (r := c.get(f"/sandboxes/{s['id']}/proxy/ping", params={"port": port})).status_code != 200:
         assert time.monotonic() < deadline, r.text
         time.sleep(0.2)
@@ -236,7 +236,7 @@ def test_public_without_ports_opens_the_images_exposed_ones_only(env):
             alice.sh(box["id"], f"mkdir -p /tmp/w{port} && echo p{port} > /tmp/w{port}/i.html"
                      f" && httpd -p {port} -h /tmp/w{port}")
     url = env["d"].url
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 * SLOW
     while (r := httpx.get(f"{url}/sandboxes/{s['id']}/proxy/i.html")).status_code != 200:
         assert time.monotonic() < deadline, r.text
         time.sleep(0.2)

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, SLOW
 
 BANNER = b"SSH-2.0-TRAP-BANNER-7f3a\r\n"
 
@@ -170,7 +170,7 @@ def public_registry(tmp_path):
              str(cert), str(key), str(log), f"https://127.0.0.1:{loop.port}",
              f"https://{host_ip}:{local.port}"], stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20 * SLOW
         while subprocess.run(["ip", "netns", "exec", ns, "python3", "-c",
                               f"import socket; socket.create_connection(('{ns_ip}', 5443), 1)"],
                              capture_output=True).returncode != 0:

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from conftest import leftover_cgroups, wait_for
+from conftest import leftover_cgroups, wait_for, SLOW
 
 
 def wait_status(c, sid, status, timeout=20):
@@ -170,7 +170,7 @@ def test_pids_limit_contains_a_fork_bomb(sbx_daemon, sbx):
     assert r["exit_code"] != 0 and "spawned" not in r["stdout"], r
     assert pids_current(sid) <= 64
     assert httpx.get(sbx_daemon.url + "/healthz").status_code == 200
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 * SLOW
     while time.monotonic() < deadline:  # once the sleeps end, the sandbox works again
         r = sbx.post(f"/sandboxes/{sid}/execute", json={"code": "echo ok"})
         if r.status_code == 200 and r.json()["stdout"] == "ok\n":
@@ -381,7 +381,7 @@ def test_image_config_and_layers_are_honoured(sbx):
     """webapp: two layers (the top one deletes /etc/group), Entrypoint + Cmd, WorkingDir,
     User, Env."""
     sid = sbx.create("webapp")["id"]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * SLOW
     while "app in" not in (log := sbx.get(f"/sandboxes/{sid}/logs").text):
         assert time.monotonic() < deadline, log
         time.sleep(0.05)
@@ -392,7 +392,7 @@ def test_image_config_and_layers_are_honoured(sbx):
     assert sbx.post(f"/sandboxes/{sid}/exec",
                     json={"argv": ["id", "-u"], "user": "root"}).json()["stdout"] == "0\n"
     args = sbx.create("webapp", args=["sh", "-c", "echo override; exec sleep 1000"])["id"]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * SLOW
     while "override" not in sbx.get(f"/sandboxes/{args}/logs").text:
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -408,7 +408,7 @@ def test_a_client_that_gives_up_kills_its_exec(sbx):
         with pytest.raises(_httpx.ReadTimeout):
             sbx.post(f"/sandboxes/{sid}/execute", params={"stream": "true"} if stream else None,
                      json={"code": f"{marker}; echo never"}, timeout=1.5)
-        deadline = _time.monotonic() + 10
+        deadline = _time.monotonic() + 10 * SLOW
         while marker in sbx.sh(sid, "ps -o args")["stdout"]:
             assert _time.monotonic() < deadline, f"{marker} still runs"
             _time.sleep(0.2)

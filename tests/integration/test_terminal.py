@@ -13,7 +13,7 @@ import time
 import pytest
 import websocket
 
-from conftest import BIN
+from conftest import BIN, SLOW
 
 
 def ws_url(d, sid, route, **query):
@@ -135,7 +135,7 @@ def test_fork_waits_for_an_open_pty_then_refuses(sbx_daemon, sbx):
     finally:
         t.ws.close()
     # once the session is gone, the fork goes through
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while True:
         r = sbx.post(f"/sandboxes/{sid}/fork", json={}, timeout=60)
         if r.status_code != 409 or time.monotonic() > deadline:
@@ -248,7 +248,7 @@ def test_attach_reaches_the_main_process_console(sbx_daemon, sbx):
     t.ws.close()
     assert code == 1000 and json.loads(reason)["exit_code"] == 7
     # the main process's output is also its log
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLOW
     while sbx.get(f"/sandboxes/{sid}").json()["status"] == "running":
         assert time.monotonic() < deadline
         time.sleep(0.2)

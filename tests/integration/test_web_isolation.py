@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import Daemon, Sandboxes
+from conftest import Daemon, Sandboxes, SLOW
 from test_sdk_js import ensure_node_modules, npm_env
 from test_web import SUITE, pids_using
 
@@ -105,7 +105,7 @@ def test_a_tenants_page_cannot_take_the_consoles_token(registry_url):
             mallory = Sandboxes(d.url, r.json()["token"])
             s = mallory.create("python", public=True, ports=[8080],
                                args=["python3", "-c", EVIL, f"http://{VHOST}:{d.port}"])
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 30 * SLOW
             while (r := mallory.get(f"/sandboxes/{s['id']}/proxy/ping")).status_code != 200:
                 assert time.monotonic() < deadline, r.text
                 time.sleep(0.2)
