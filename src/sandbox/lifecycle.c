@@ -187,6 +187,12 @@ void sbx_on_exit(sbx_mgr_t *m, const char *id, pid_t shim_pid)
         return;
     /* The shim of an earlier run (before a hibernate and wake, or a cold start) is no news. */
     bool current = l->shim_pid == shim_pid;
+    /* A delete that killed the container records its end itself: wait for it (it may not
+     * have the lock yet), then the exit below finds the sandbox terminated and does nothing.
+     * Bounded: a delete waits at most this long for execs to let go. */
+    for (int waited = 0; current && atomic_load(&l->preempting) > 0 && waited < 120000;
+         waited += 20)
+        usleep(20 * 1000);
     sbx_live_put(m, l);
     struct sbx_change c;
     err_t err = {0};

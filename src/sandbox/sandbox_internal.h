@@ -21,6 +21,8 @@ struct sbx_live {
     pid_t init_pid;
     int shim_pidfd;
     atomic_int execs;
+    atomic_int preempting;           /* deletes (coalesces) that killed the container and
+                                        have yet to end: its exit is theirs to record */
     atomic_int changing;             /* lifecycle changes waiting for the write lock: followers of
                                         background output let go of the read lock for them */
     const runtime_t *rt;             /* its runtime, known once it booted or was found running */
@@ -129,6 +131,7 @@ struct sbx_change {
     sandbox_rec_t rec;     /* re-read under the lock */
     sandbox_status_t from; /* the status before the change */
     bool locked, intent_written;
+    bool preempting; /* counted in l->preempting until the change ends */
 };
 
 /* The operation's name, for messages. */

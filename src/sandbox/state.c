@@ -122,15 +122,21 @@ int sbx_change_begin(sbx_mgr_t *m, const user_t *owner, const char *key, enum sb
     if (rc < 0)
         return -1;
     snprintf(c->id, sizeof(c->id), "%s", hint.id);
-    /* A delete ends the execs that hold the lock for reading by ending the container. */
+    c->l = sbx_live_get(m, c->id, true);
+    /* A delete ends the execs that hold the lock for reading by ending the container. The
+     * exit watcher may see that end before this change has the lock: counted here, the end
+     * is left to this change to record (a delete, not an exit). */
     if (table[op].preempt && hint.status != SBX_TERMINATED) {
         err_t ignored = {0};
+        atomic_fetch_add(&c->l->preempting, 1);
+        c->preempting = true;
         runtime_kill(sbx_runtime(&hint), c->id, SIGKILL, true, &ignored);
     }
     store_sandbox_rec_clear(&hint);
     sbx_barrier("change.before_lock");
-    c->l = sbx_live_get(m, c->id, true);
     if (lock_for(c, err) < 0) {
+        if (c->preempting)
+            atomic_fetch_sub(&c->l->preempting, 1);
         sbx_live_put(m, c->l);
         c->l = NULL;
         return -1;
@@ -186,6 +192,9 @@ void sbx_change_end(struct sbx_change *c)
 {
     if (c->intent_written)
         sbx_change_rollback(c);
+    if (c->preempting && c->l)
+        atomic_fetch_sub(&c->l->preempting, 1);
+    c->preempting = false;
     if (c->locked)
         pthread_rwlock_unlock(&c->l->lock);
     c->locked = false;

@@ -95,6 +95,48 @@ def runc_state(d, sid):
     return json.loads(out.stdout)["status"] if out.returncode == 0 else None
 
 
+def events_until(c, sid, last, timeout=20):
+    """The types of the events about sid in the caller's history, up to the first of last."""
+    import json
+    seen = []
+    with c.stream("GET", "/events", timeout=timeout) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                ev = json.loads(line[6:])
+                if ev["container_id"] == sid:
+                    seen.append(ev["type"])
+                    if ev["type"] == last:
+                        return seen
+    raise AssertionError(f"no {last} event for {sid}: {seen}")
+
+
+@pytest.mark.parametrize("barrier_daemon", ["change.before_lock"], indirect=True)
+def test_a_deleted_sandbox_is_deleted_not_exited(barrier_daemon):
+    """A delete kills the container before it has the lock; the exit watcher sees the end
+    first. The end is the delete's: no 'exited' status or event in between (seen in CI as
+    'exited' before 'deleted' under load)."""
+    d, c, b = barrier_daemon
+    sid = c.create("busybox")["id"]
+    c.sh(sid, "sleep 1000 &")
+    b.arm()
+    deleting = in_thread(lambda: c.delete(f"/sandboxes/{sid}", timeout=120))
+    b.wait_reached()  # killed, not locked
+    wait_for("the container to end", lambda: runc_state(d, sid) in ("stopped", None))
+    # the watcher has its event now; without the fix it made the sandbox 'exited' at once
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        assert c.get(f"/sandboxes/{sid}").json()["status"] == "running"
+        time.sleep(0.1)
+    b.release()
+    r = deleting.result()
+    assert r.status_code == 200 and r.json()["status"] == "terminated", r.text
+    c.created.remove(sid)
+    assert c.get(f"/sandboxes/{sid}").json()["status"] == "terminated"
+    types = events_until(c, sid, "deleted")
+    assert "exited" not in types, types
+
+
 @pytest.mark.parametrize("barrier_daemon", ["use.before_lock"], indirect=True)
 def test_an_exec_that_meets_a_hibernation_wakes_the_sandbox(barrier_daemon):
     d, c, b = barrier_daemon
