@@ -148,6 +148,27 @@ static const char *content_type(const char *path)
     return "application/octet-stream";
 }
 
+/* 416 for a range outside a file of size bytes, saying how large it is (RFC 9110, 15.5.17). */
+static void reply_unsatisfiable(api_req_t *r, const err_t *err, uint64_t size)
+{
+    api_reply_error(r, err);
+    char cr[48];
+    snprintf(cr, sizeof(cr), "bytes */%" PRIu64, size);
+    MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+}
+
+/* Accept-Ranges, and Content-Range for a partial answer, on the reply of r. */
+static void add_range_headers(api_req_t *r, const struct range *rg, uint64_t size)
+{
+    MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    if (rg->partial) {
+        char cr[96];
+        snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, rg->offset,
+                 rg->offset + rg->length - 1, size);
+        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+    }
+}
+
 static int download(api_req_t *r, const char *key, const char *path, int64_t size, err_t *err)
 {
     struct range rg = {0, 0, false};
@@ -155,10 +176,7 @@ static int download(api_req_t *r, const char *key, const char *path, int64_t siz
         parse_range(api_header(r, MHD_HTTP_HEADER_RANGE), (uint64_t)size, &rg, err) < 0) {
         if (err->kind != ERR_RANGE)
             return -1;
-        api_reply_error(r, err); /* 416 says how large the file is (RFC 9110, 15.5.17) */
-        char cr[48];
-        snprintf(cr, sizeof(cr), "bytes */%" PRIu64, (uint64_t)size);
-        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+        reply_unsatisfiable(r, err, (uint64_t)size);
         return 0;
     }
     struct download *d = xcalloc(1, sizeof(*d));
@@ -174,13 +192,7 @@ static int download(api_req_t *r, const char *key, const char *path, int64_t siz
         free(d->key), free(d->path), free(d->as_user), free(d);
         return -1;
     }
-    MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
-    if (rg.partial) {
-        char cr[96];
-        snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, rg.offset,
-                 rg.offset + rg.length - 1, (uint64_t)size);
-        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
-    }
+    add_range_headers(r, &rg, (uint64_t)size);
     return 0;
 }
 
@@ -223,21 +235,12 @@ static int read_small(api_req_t *r, const char *key, const struct agentc_file_re
     if (parse_range(api_header(r, MHD_HTTP_HEADER_RANGE), b.len, &rg, err) < 0) {
         if (err->kind != ERR_RANGE)
             return -1;
-        api_reply_error(r, err);
-        char cr[48];
-        snprintf(cr, sizeof(cr), "bytes */%zu", b.len);
-        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+        reply_unsatisfiable(r, err, b.len);
         return 0;
     }
     api_reply_bytes(r, rg.partial ? 206 : 200, content_type(q->path),
                     b.data ? b.data + rg.offset : "", (size_t)rg.length);
-    MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
-    if (rg.partial) {
-        char cr[96];
-        snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%zu", rg.offset,
-                 rg.offset + rg.length - 1, b.len);
-        MHD_add_response_header(api_response(r), MHD_HTTP_HEADER_CONTENT_RANGE, cr);
-    }
+    add_range_headers(r, &rg, b.len);
     return 0;
 }
 
