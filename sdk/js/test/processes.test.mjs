@@ -72,7 +72,8 @@ test("stdin, a terminal, and a fork keeping processes", T, async (t) => {
 
 test("iterOutput resumes from its cursor when the stream breaks off", T, async (t) => {
   // A fetch that cuts each output stream short after its first line: the SDK must reconnect
-  // from that line's cursor, and the text must come whole, once.
+  // from that line's cursor, and the text must come whole, once. The daemon may send a line a
+  // chunk (a loaded machine) or several: the cut comes after the first line either way.
   let cuts = 0;
   const cutting = async (url, init) => {
     const res = await fetch(url, init);
@@ -84,7 +85,7 @@ test("iterOutput resumes from its cursor when the stream breaks off", T, async (
         if (done) return c.close();
         const text = new TextDecoder().decode(value);
         const nl = text.indexOf("\n");
-        if (cuts < 5 && nl >= 0 && nl < text.length - 1) {
+        if (cuts < 5 && nl >= 0) {
           cuts++;
           c.enqueue(value.slice(0, nl + 1));
           await reader.cancel();
