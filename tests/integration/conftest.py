@@ -85,14 +85,23 @@ _daemons = itertools.count()
 
 
 def own_subnet(n):
-    """A 10.x.0.0/16 (x in 150-199) no route uses yet, picked from a start that differs per
-    test process, so that pytest runs side by side do not put two bridges on one subnet."""
+    """A 10.x.0.0/16 (x in 150-199) no route uses yet and no other test daemon holds, picked
+    from a start that differs per test process, and the open lock file that holds it (closed
+    by Daemon.kill). Two pytest runs side by side (CI's plain and sanitizer suites) could
+    both see a subnet free before either's bridge had its route: the lock decides."""
     used = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
     start = (os.getpid() * 7 + n) % 50
     for i in range(50):
         second = 150 + (start + i) % 50
-        if f"10.{second}." not in used:
-            return f"10.{second}.0.0/16"
+        if f"10.{second}." in used:
+            continue
+        lock = open(f"/run/lock/sandboxer-test-subnet-10.{second}", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return f"10.{second}.0.0/16", lock
     raise RuntimeError("no free 10.x.0.0/16 subnet in 10.150-199")
 
 
@@ -106,7 +115,7 @@ class Daemon:
         n = next(_daemons)
         self.bridge = f"sbt{os.getpid() % 10000}x{n}"
         self.table = f"sbxtest_{os.getpid()}_{n}"
-        self.subnet = own_subnet(n)
+        self.subnet, self.subnet_lock = own_subnet(n)
         self.state_dir = os.path.join(workdir, "state")
         self.socket = os.path.join(workdir, "api.sock")
         self.extra_args = list(extra_args)
@@ -186,6 +195,7 @@ class Daemon:
             subprocess.run(["nft", "delete", "table", family, self.table], capture_output=True,
                            timeout=30)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
+        self.subnet_lock.close()  # the subnet is free for another test daemon
         self.check_sanitizers()
 
     def keep_logs(self):
