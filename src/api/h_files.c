@@ -215,9 +215,6 @@ static int check_readable(api_req_t *r, const char *key, const struct agentc_fil
     return sbx_file_read(r->api->sbx, &r->user, key, &probe, NULL, discard, NULL, err);
 }
 
-/* Files up to this size are read whole before the answer starts (see read_small). */
-#define SMALL_FILE (1u << 20)
-
 /*
  * A small file read whole, then answered with the length of what was read: a file rewritten
  * while it is downloaded (`echo $i > /tmp/count`, a log rotated) is never answered with a
@@ -228,7 +225,7 @@ static int check_readable(api_req_t *r, const char *key, const struct agentc_fil
 static int read_small(api_req_t *r, const char *key, const struct agentc_file_req *q, err_t *err)
 {
     buf_t b __attribute__((cleanup(buf_free))) = {0};
-    int rc = sbx_file_read_whole(r->api->sbx, &r->user, key, q, SMALL_FILE, &b, err);
+    int rc = sbx_file_read_whole(r->api->sbx, &r->user, key, q, SBX_FILE_WHOLE_MAX, &b, err);
     if (rc != 0)
         return rc;
     struct range rg;
@@ -272,7 +269,7 @@ int h_files_get(api_req_t *r, err_t *err)
     /* A symlink's own size is its target's name: stream the target without a length. */
     int64_t size =
         strcmp(type, "file") == 0 ? json_integer_value(json_object_get(info, "size")) : -1;
-    if (size >= 0 && size <= SMALL_FILE) {
+    if (size >= 0 && size <= SBX_FILE_WHOLE_MAX) {
         int rc = read_small(r, key, &q, err);
         if (rc <= 0)
             return rc;

@@ -139,9 +139,6 @@ static int discard(void *ctx, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Files up to this size are read whole before the answer starts. */
-#define SMALL_FILE (1u << 20)
-
 /* b's bytes replaced by their gzip stream; -1 (b untouched) on failure. */
 static int gzip_buf(buf_t *b)
 {
@@ -188,9 +185,9 @@ int e2b_h_files_get(api_req_t *r, err_t *err)
     int64_t size = rc == 0 ? json_integer_value(json_object_get(info, "size")) : -1;
     buf_t whole __attribute__((cleanup(buf_free))) = {0};
     bool small = false;
-    if (rc == 0 && size >= 0 && size <= SMALL_FILE) {
-        rc = sbx_file_read_whole(r->api->sbx, &b.owner, b.rec.sandbox_id, &q, SMALL_FILE, &whole,
-                                 err);
+    if (rc == 0 && size >= 0 && size <= SBX_FILE_WHOLE_MAX) {
+        rc = sbx_file_read_whole(r->api->sbx, &b.owner, b.rec.sandbox_id, &q, SBX_FILE_WHOLE_MAX,
+                                 &whole, err);
         small = rc == 0;
         if (rc == 1) { /* it grew: stream it */
             buf_reset(&whole);

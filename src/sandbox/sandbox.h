@@ -172,10 +172,10 @@ agentc_reader_t *sbx_term_reader(sbx_term_t *t);
 const char *sbx_term_id(const sbx_term_t *t);
 /* Count the session as activity (keeps the sandbox from looking idle). */
 void sbx_term_touch(sbx_term_t *t);
-/* End the session: close the connection (the agent then kills a PTY command's process
- * group), record the exit code (-1: unknown), release the sandbox. */
 /* Record the session's end in the exec history (once; sbx_term_close does it if not yet). */
 void sbx_term_finish(sbx_term_t *t, int exit_code);
+/* End the session: close the connection (the agent then kills a PTY command's process
+ * group), record the exit code (-1: unknown), release the sandbox. */
 void sbx_term_close(sbx_term_t *t, int exit_code);
 
 /* What owner's sandbox uses now: cpu, memory, pids (running or paused), disk (its writable
@@ -264,6 +264,8 @@ int sbx_file_list(sbx_mgr_t *m, const user_t *owner, const char *key,
 int sbx_file_read(sbx_mgr_t *m, const user_t *owner, const char *key,
                   const struct agentc_file_req *req, agentc_info_fn on_info, agentc_data_fn on_data,
                   void *ctx, err_t *err);
+/* Files up to this size are downloaded by reading them whole first (both files APIs). */
+#define SBX_FILE_WHOLE_MAX (1u << 20)
 /* The whole file path (req's range ignored) into out, when it has at most max bytes: a file
  * that shrinks while it is read gives what read() returned up to its end, as `cat` would.
  * 0 done, 1 larger than max (out holds a prefix), -1 err. */
