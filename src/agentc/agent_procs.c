@@ -105,13 +105,41 @@ static void call_end(struct call *c)
     agentc_reader_free(&c->reader);
 }
 
-static int send_json(int fd, uint8_t type, json_t *j, err_t *err)
+/*
+ * Send the request. A busy agent answers ERROR and closes before it reads anything, so a
+ * send can meet a closed socket with that answer already waiting: it is the answer.
+ */
+static int call_send(struct call *c, uint8_t type, const void *payload, size_t len, err_t *err)
+{
+    if (agentc_send(c->fd, type, payload, len, err) == 0)
+        return 0;
+    if (err->errnum != EPIPE && err->errnum != ECONNRESET)
+        return -1;
+    err_t sent = *err;
+    for (;;) {
+        struct agent_frame f;
+        if (agentc_reader_next(&c->reader, &f) == AGENT_PARSE_COMPLETE) {
+            if (f.type != AGENT_ERROR)
+                break;
+            return agentc_proc_error(&f, err);
+        }
+        size_t room = agentc_reader_space(&c->reader, 64 * 1024);
+        ssize_t n = recv(c->fd, c->reader.data + c->reader.len, room, MSG_DONTWAIT);
+        if (n <= 0)
+            break;
+        c->reader.len += (size_t)n;
+    }
+    *err = sent;
+    return -1;
+}
+
+static int send_json(struct call *c, uint8_t type, json_t *j, err_t *err)
 {
     _cleanup_free_ char *s = json_dump_compact(j);
     json_decref(j);
     if (strlen(s) > AGENT_MAX_FRAME)
         return err_set(err, ERR_TOO_LARGE, 0, "too_large", "the request is over 1 MiB");
-    return agentc_send(fd, type, s, strlen(s), err);
+    return call_send(c, type, s, strlen(s), err);
 }
 
 /* Send a request and read its PROCESS answer (OK for DELETE, when rec is NULL). */
@@ -121,7 +149,7 @@ static int simple_call(int fd, uint8_t type, const void *payload, size_t len, in
     struct call c;
     struct agent_frame f;
     call_init(&c, fd, timeout_ms);
-    int rc = agentc_send(fd, type, payload, len, err);
+    int rc = call_send(&c, type, payload, len, err);
     if (rc == 0)
         rc = next_frame(&c, &f, err);
     if (rc == 0 && f.type != (rec ? AGENT_PROCESS : AGENT_OK))
@@ -223,7 +251,7 @@ json_t *agentc_proc_list(int fd, int timeout_ms, err_t *err)
     struct agent_frame f;
     call_init(&c, fd, timeout_ms);
     _cleanup_json_ json_t *arr = json_array();
-    int rc = agentc_send(fd, AGENT_PS, NULL, 0, err);
+    int rc = call_send(&c, AGENT_PS, NULL, 0, err);
     while (rc == 0 && (rc = next_frame(&c, &f, err)) == 0 && f.type == AGENT_PROCESS) {
         struct agentc_proc p;
         if (json_array_size(arr) >= LIST_MAX)
@@ -303,7 +331,7 @@ int agentc_proc_output(int fd, const struct agentc_output_req *req, struct agent
     c.cut_arg = req->cut_arg;
     json_t *j = json_pack("{s:i, s:I, s:I, s:i}", "pid", (int)req->pid, "cursor",
                           (json_int_t)req->cursor, "max", (json_int_t)max, "wait_ms", wait);
-    int rc = send_json(fd, AGENT_PROC_OUTPUT, j, err);
+    int rc = send_json(&c, AGENT_PROC_OUTPUT, j, err);
     if (rc == 0)
         rc = read_output(&c, req, max, out, err);
     call_end(&c);
