@@ -59,6 +59,8 @@ struct serve_opts {
     const char *runc;
     const char *runsc;
     const char *runsc_platform;
+    const char *userns;
+    const char *userns_range;
     const char *storage_driver;
     const char *subnet;
     const char *bridge;
@@ -146,6 +148,13 @@ static const struct opt_def {
      offsetof(struct serve_opts, runsc_platform),
      "gVisor's platform: auto (kvm if it runs here, else ptrace), ptrace or kvm (probed at start, "
      "falling back to ptrace)"},
+    {"userns", "SANDBOXER_USERNS", "auto", OPT_STR, offsetof(struct serve_opts, userns),
+     "user namespaces for runc sandboxes (root in a sandbox is an unprivileged host uid): auto "
+     "(where the kernel has them and idmapped mounts), on (fail to start without) or off"},
+    {"userns-range", "SANDBOXER_USERNS_RANGE", "268435456:1879048192", OPT_STR,
+     offsetof(struct serve_opts, userns_range),
+     "FIRST:COUNT host uids and gids for sandboxes' user namespaces, 65536 per sandbox; by "
+     "default 2^28 up to 2^31, ids no host user has"},
     {"storage-driver", "SANDBOXER_STORAGE_DRIVER", "auto", OPT_STR,
      offsetof(struct serve_opts, storage_driver),
      "auto (btrfs when the state dir is on btrfs), overlay or btrfs"},
@@ -280,9 +289,11 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o, err_t *err)
 /* Hold an exclusive lock on <state>/daemon.lock for the daemon's life. */
 static int lock_state_dir(const char *dir, err_t *err)
 {
-    if (!mkdir_p(dir, 0700))
+    /* Searchable, not readable, by others: a sandbox's root in its user namespace (an
+     * unprivileged host uid) reaches its own dirs below; what is secret is 0600 or 0700. */
+    if (!mkdir_p(dir, 0711))
         return err_sys(err, "create state dir %s", dir);
-    chmod(dir, 0700);
+    chmod(dir, 0711);
     _cleanup_free_ char *path = xasprintf("%s/daemon.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
@@ -495,6 +506,18 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
     user_limits_t user_limits;
     if (parse_user_limits(o, &user_limits, err) < 0)
         return -1;
+    unsigned long long us_first = 0, us_count = 0;
+    char us_tail = 0;
+    if (strcmp(o->userns, "auto") != 0 && strcmp(o->userns, "on") != 0 &&
+        strcmp(o->userns, "off") != 0)
+        return err_set(err, ERR_INVALID, 0, "invalid_option", "--userns: auto, on or off");
+    /* ping_group_range (net/netns.c) reaches gids below 2^31 only. */
+    if (sscanf(o->userns_range, "%llu:%llu%c", &us_first, &us_count, &us_tail) != 2 ||
+        us_first == 0 || us_first % 65536 || us_count < 65536 || us_count % 65536 ||
+        us_first + us_count > 2147483648ull)
+        return err_set(err, ERR_INVALID, 0, "invalid_option",
+                       "--userns-range: FIRST:COUNT, both multiples of 65536, FIRST > 0, "
+                       "COUNT >= 65536, FIRST + COUNT <= 2147483648");
     _cleanup_free_ char *netns_dir = xasprintf("%s/netns", o->state_dir);
     if (o->egress_proxy_port > 65535)
         return err_set(err, ERR_INVALID, 0, "invalid_option", "--egress-proxy-port: 0 to 65535");
@@ -504,6 +527,9 @@ static int daemon_open(const struct serve_opts *o, struct daemon *d, err_t *err)
         return -1;
     struct sbx_config sc = {
         .state_dir = o->state_dir,
+        .userns = o->userns,
+        .userns_first = (uint32_t)us_first,
+        .userns_count = (uint32_t)us_count,
         .agent_bin = d->agent,
         .self_exe = d->self,
         .runtime = o->runtime,

@@ -109,6 +109,9 @@ static void *ns_thread(void *arg)
      * without IPv6 has no such file, which is just as good. */
     write_file("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1");
     write_file("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
+    /* ping without CAP_NET_RAW for every group (also those of a sandbox's user namespace,
+     * whose runtime may not write this namespace's sysctls). */
+    write_file("/proc/sys/net/ipv4/ping_group_range", "0 2147483647");
     j->nl_fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (j->nl_fd < 0)
         return job_fail(j, "open rtnetlink in the namespace");

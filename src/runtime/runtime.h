@@ -62,7 +62,26 @@ struct spec_opts {
     bool net_raw;           /* keep CAP_NET_RAW (raw and packet sockets) */
     bool agent_auth;        /* the agent reads its token from stdin (--auth-stdin) */
     bool setuid;            /* no noNewPrivileges: setuid binaries (sudo) work */
+    uint32_t userns_base;   /* a user namespace mapping root to this host uid; 0: none */
+    const char *sysfs_src;  /* with userns_base: a sysfs mount with no mounts below it */
 };
+
+/*
+ * User namespaces (userns.c). A sandbox's namespace maps ids [0, RUNTIME_USERNS_SIZE) to
+ * [base, base + RUNTIME_USERNS_SIZE) on the host, uids and gids alike.
+ */
+#define RUNTIME_USERNS_SIZE       65536u
+#define RUNTIME_USERNS_PROBE_BASE 4000000000u /* the probe's: mapped for a moment, never run */
+/* An fd of a new user namespace with that mapping (for idmapped mounts). */
+int runtime_userns_open(uint32_t base, err_t *err);
+/* Mount src at dst (an existing dir), its ids mapped through the user namespace userns_fd. */
+int runtime_idmap_mount(const char *src, const char *dst, int userns_fd, err_t *err);
+/* True if this kernel makes user namespaces and idmapped mounts of dir's filesystem; else
+ * why not, in why. */
+bool runtime_userns_probe(const char *dir, char *why, size_t size);
+/* Let the sandbox's root (host uid base) read checkpoint images in dir, as CRIU restores
+ * them from inside the sandbox's user namespace: dir base:0 0750, its files 0640. */
+int runtime_userns_own_images(const char *dir, uint32_t base, err_t *err);
 
 /* Build the container's config.json (a new reference in *out). */
 int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err);

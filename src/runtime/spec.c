@@ -75,14 +75,26 @@ static json_t *mounts(const struct spec_opts *o)
                                              "mode=1777", "size=65536k")));
     json_array_append_new(m, mount("/dev/mqueue", "mqueue", "mqueue",
                                    json_pack("[s,s,s]", "nosuid", "noexec", "nodev")));
-    json_array_append_new(m, mount("/sys", "sysfs", "sysfs",
-                                   json_pack("[s,s,s,s]", "nosuid", "noexec", "nodev", "ro")));
+    /* sysfs cannot be mounted in a user namespace that does not own the network namespace
+     * (the daemon's): then a bind of the daemon's sysfs mount, one with no mounts below it, as
+     * CRIU can clone only such a mount from inside a user namespace. */
+    if (o->userns_base)
+        json_array_append_new(m, mount("/sys", "bind", o->sysfs_src,
+                                       json_pack("[s,s,s,s,s,s]", "rbind", "ro", "nosuid", "noexec",
+                                                 "nodev", "rprivate")));
+    else
+        json_array_append_new(m, mount("/sys", "sysfs", "sysfs",
+                                       json_pack("[s,s,s,s]", "nosuid", "noexec", "nodev", "ro")));
     json_array_append_new(
         m, mount("/sys/fs/cgroup", "cgroup", "cgroup",
                  json_pack("[s,s,s,s,s]", "nosuid", "noexec", "nodev", "relatime", "ro")));
     /* No tmpfs on /run (Docker has none either): every tmpfs with content costs each
      * checkpoint and restore a tar and a gzip run. /run/sandboxer is made in the layer. */
-    json_array_append_new(m, bind("/run/sandboxer", o->sock_dir, false));
+    /* noexec as the tmpfs under it is (sockdir.c): in a user namespace a bind may not clear
+     * a flag of the mount it binds. */
+    json_t *sock = bind("/run/sandboxer", o->sock_dir, false);
+    json_array_append_new(json_object_get(sock, "options"), json_string("noexec"));
+    json_array_append_new(m, sock);
     json_array_append_new(m, bind("/.sandboxer", o->agent_dir, true));
     _cleanup_free_ char *hostname = xasprintf("%s/hostname", o->etc_dir);
     _cleanup_free_ char *hosts = xasprintf("%s/hosts", o->etc_dir);
@@ -158,7 +170,15 @@ static json_t *namespaces(const struct spec_opts *o)
     if (o->netns_path)
         json_object_set_new(net, "path", json_string(o->netns_path));
     json_array_append_new(ns, net);
+    if (o->userns_base)
+        json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
     return ns;
+}
+
+static json_t *id_mappings(const struct spec_opts *o)
+{
+    return json_pack("[{s:i, s:I, s:I}]", "containerID", 0, "hostID", (json_int_t)o->userns_base,
+                     "size", (json_int_t)RUNTIME_USERNS_SIZE);
 }
 
 int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err)
@@ -175,6 +195,13 @@ int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err)
                              "hostname", o->hostname, "mounts", mounts(o), "linux", linux_);
     if (!spec || !linux_)
         return err_set(err, ERR_INTERNAL, 0, "internal", "cannot build the OCI spec");
+    if (o->userns_base) {
+        json_object_set_new(linux_, "uidMappings", id_mappings(o));
+        json_object_set_new(linux_, "gidMappings", id_mappings(o));
+        /* Not runc's to write from inside a user namespace that does not own the network
+         * namespace: the daemon sets it when it makes the namespace (net/netns.c). */
+        json_object_del(linux_, "sysctl");
+    }
     /* Our CRIU options, and never the host's /etc/criu/runc.conf by accident. */
     json_object_set_new(spec, "annotations",
                         json_pack("{s:s}", "org.criu.config", o->criu_conf ? o->criu_conf : ""));

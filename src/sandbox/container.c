@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,6 +58,53 @@ int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err)
                : 0;
 }
 
+uint32_t sbx_userns_base(const sandbox_rec_t *r)
+{
+    json_int_t base = json_integer_value(json_object_get(r->spec, "userns"));
+    return base > 0 && base <= UINT32_MAX ? (uint32_t)base : 0;
+}
+
+/*
+ * The overlay of a sandbox with a user namespace: each image layer through an idmapped mount
+ * (its root-owned files owned by the sandbox's root, nothing chowned, the layer still shared),
+ * mounted under <dir>/idmap only while the overlay is made: overlayfs keeps its own clones of
+ * its layers' mounts. The writable layer is the sandbox's own: its files carry host ids of the
+ * sandbox's range, and its root dir is the sandbox root's.
+ */
+static int mount_rootfs_idmapped(char **layers, size_t n, const struct sbx_paths *p, uint32_t base,
+                                 err_t *err)
+{
+    if (chown(p->upper, base, base) < 0)
+        return err_sys(err, "hand %s to the sandbox's root", p->upper);
+    int ns _cleanup_close_ = runtime_userns_open(base, err);
+    if (ns < 0)
+        return -1;
+    _cleanup_free_ char *scratch = xasprintf("%s/idmap", p->dir);
+    if (mkdir(scratch, 0700) < 0 && errno != EEXIST)
+        return err_sys(err, "create %s", scratch);
+    char **dirs = xcalloc(n + 1, sizeof(*dirs));
+    int rc = 0;
+    size_t made = 0;
+    for (; rc == 0 && made < n; made++) {
+        dirs[made] = xasprintf("%s/%zu", scratch, made);
+        umount2(dirs[made], MNT_DETACH | UMOUNT_NOFOLLOW); /* a crash's leftover */
+        if (mkdir(dirs[made], 0700) < 0 && errno != EEXIST)
+            rc = err_sys(err, "create %s", dirs[made]);
+        else
+            rc = runtime_idmap_mount(layers[made], dirs[made], ns, err);
+    }
+    if (rc == 0)
+        rc = storage_mount_overlay(dirs, n, p->upper, p->work, p->rootfs, err);
+    for (size_t i = 0; i < made; i++) {
+        umount2(dirs[i], MNT_DETACH | UMOUNT_NOFOLLOW);
+        rmdir(dirs[i]);
+        free(dirs[i]);
+    }
+    free(dirs);
+    rmdir(scratch);
+    return rc;
+}
+
 int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
 {
     if (storage_is_mounted(p->rootfs))
@@ -66,6 +114,9 @@ int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *e
     _cleanup_free_ char **dirs = xcalloc(n + 1, sizeof(*dirs));
     for (size_t i = 0; i < n; i++)
         dirs[i] = (char *)json_string_value(json_array_get(layers, i));
+    uint32_t base = sbx_userns_base(r);
+    if (base && n > 0)
+        return mount_rootfs_idmapped(dirs, n, p, base, err);
     return storage_mount_overlay(dirs, n, p->upper, p->work, p->rootfs, err);
 }
 
@@ -129,6 +180,8 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
         .net_raw = json_is_true(json_object_get(r->spec, "net_raw")),
         .agent_auth = json_string_value(json_object_get(r->spec, "agent_token")) != NULL,
         .setuid = json_is_true(json_object_get(r->spec, "setuid")),
+        .userns_base = sbx_userns_base(r),
+        .sysfs_src = m->sysfs_dir,
     };
     json_t *spec _cleanup_json_ = NULL;
     _cleanup_free_ char *config = xasprintf("%s/config.json", p->bundle);
@@ -176,7 +229,10 @@ bool sbx_wait_exit_file(int run_fd)
 int sbx_boot(sbx_mgr_t *m, struct sbx_live *l, const struct sbx_paths *p, const char *restore,
              const char *hostname, err_t *err)
 {
-    if (sbx_sockdir_mount(p, err) < 0) /* before the dir is opened: its fd is the tmpfs */
+    if (sbx_sockdir_mount(p, l->userns_base, err) < 0) /* before the dir is opened: its fd is
+                                                            the tmpfs */
+        return -1;
+    if (restore && l->userns_base && runtime_userns_own_images(restore, l->userns_base, err) < 0)
         return -1;
     int dirfd _cleanup_close_ = open(p->sock, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int run_fd _cleanup_close_ = open(p->run, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -219,6 +275,7 @@ static void live_from_record(struct sbx_live *l, const sandbox_rec_t *r)
 {
     const char *token = json_string_value(json_object_get(r->spec, "agent_token"));
     l->rt = sbx_runtime(r);
+    l->userns_base = sbx_userns_base(r);
     snprintf(l->token, sizeof(l->token), "%s", token ? token : "");
 }
 

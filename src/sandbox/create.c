@@ -262,6 +262,14 @@ int sbx_create(sbx_mgr_t *m, const user_t *owner, const struct sbx_create_req *q
     }
     json_decref(env);
     json_decref(argv);
+    uint32_t userns_base = 0;
+    if (sbx_userns_alloc(m, rt, &userns_base, err) < 0) {
+        image_free(img);
+        store_sandbox_rec_clear(&r);
+        return -1;
+    }
+    if (userns_base) /* forks, snapshots and what starts from them keep it (userns.c) */
+        json_object_set_new(r.spec, "userns", json_integer(userns_base));
     struct sbx_paths p;
     sbx_paths_init(m, r.id, &p);
     /* Held until the status is recorded, so an early exit is seen after it. */

@@ -78,6 +78,12 @@ json_t *sbx_to_json(sbx_mgr_t *m, const sandbox_rec_t *r)
                         json_boolean(json_is_true(json_object_get(r->spec, "setuid"))));
     json_t *tpl = json_object_get(r->spec, "template");
     json_object_set_new(j, "template", tpl ? json_deep_copy(tpl) : json_null());
+    /* Its root's host uid and gid (and the size of its range), or null: no user namespace. */
+    uint32_t base = sbx_userns_base(r);
+    json_object_set_new(j, "user_namespace",
+                        base ? json_pack("{s:I, s:I}", "host_id", (json_int_t)base, "size",
+                                         (json_int_t)RUNTIME_USERNS_SIZE)
+                             : json_null());
     /* Why the last change failed or fell back (a wake that could not keep memory, an idle
      * hibernation that failed): the sandbox kept working, and this says what happened. */
     json_t *last = json_object_get(r->spec, "last_error");

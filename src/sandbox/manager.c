@@ -265,7 +265,8 @@ sbx_mgr_t *sbx_open(const struct sbx_config *cfg, store_t *store, image_store_t 
         return NULL;
     }
     if (install_agent(m, err) < 0 || write_criu_conf(m, err) < 0 ||
-        storage_detect(m->sandboxes_dir, cfg->storage_driver, &m->driver, err) < 0) {
+        storage_detect(m->sandboxes_dir, cfg->storage_driver, &m->driver, err) < 0 ||
+        sbx_userns_setup(m, err) < 0) {
         sbx_close(m);
         return NULL;
     }
@@ -334,6 +335,7 @@ void sbx_close(sbx_mgr_t *m)
     free(m->fork_ckpt_dir);
     free(m->agent_dir);
     free(m->criu_conf);
+    free(m->sysfs_dir);
     free(m->runc_root);
     free(m);
 }

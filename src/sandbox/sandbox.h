@@ -39,6 +39,9 @@ struct sbx_config {
                                   idle_timeout says otherwise */
     int egress_proxy_port;     /* the egress proxy's port on the gateway (0: none runs) */
     user_limits_t user_limits; /* the default limits of a non-admin user (negative: none) */
+    const char *userns;        /* "auto", "on" or "off": user namespaces for runc sandboxes */
+    uint32_t userns_first;     /* the host ids they are given: from here, */
+    uint32_t userns_count;     /* this many (RUNTIME_USERNS_SIZE per sandbox) */
 };
 
 /* Open the manager: prepares dirs, installs the agent, starts the exit watcher. */

@@ -28,6 +28,7 @@ struct sbx_live {
     const runtime_t *rt;             /* its runtime, known once it booted or was found running */
     struct agentc_peer peer;         /* who may serve its agent sockets (sbx_boot sets it) */
     char token[AGENT_TOKEN_LEN + 1]; /* the agent's token (RUNTIME_AGENT_TOKEN), else "" */
+    uint32_t userns_base;            /* host uid of its root in its user namespace; 0: none */
     pthread_mutex_t fswatch_lock;    /* guards the open directory watches (fswatch.c) */
     int fswatch_fds[SBX_FSWATCH_MAX];
     size_t nfswatch;
@@ -43,6 +44,11 @@ struct sbx_mgr {
     char *fork_ckpt_dir; /* /dev/shm/sandboxer-checkpoints/<hash of the state dir> */
     char *agent_dir;     /* <state>/agent/<hash>: the agent binary new sandboxes bind */
     char *criu_conf;     /* <state>/criu.conf: CRIU options, passed by runc */
+    char *sysfs_dir;     /* <state>/sysfs: a sysfs mount with none below it (user namespaces) */
+    bool userns;         /* new runc sandboxes get a user namespace (--userns) */
+    uint32_t userns_first, userns_count; /* the host ids they are given (--userns-range) */
+    uint32_t userns_cursor;              /* where the next range is looked for */
+    pthread_mutex_t userns_lock;
     char *runc_root;
     enum storage_driver driver; /* how writable layers are made and cloned */
     enum storage_quota quota;   /* how their size can be limited (disk) */
@@ -206,6 +212,13 @@ void sbx_note(sbx_mgr_t *m, const char *id, const char *op, const char *detail);
 int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err);
 /* Mount the overlay root of r (its spec's layers + its upper dir) unless it is mounted. */
 int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
+/* Decide (--userns, probing the kernel) whether new runc sandboxes get user namespaces. */
+int sbx_userns_setup(sbx_mgr_t *m, err_t *err);
+/* The host uid of r's root in its user namespace (its spec's "userns"), or 0: none. */
+uint32_t sbx_userns_base(const sandbox_rec_t *r);
+/* A range of host ids for a new sandbox's user namespace (its base), or 0 if it gets none
+ * (--userns off, or a runtime other than runc); ERR_LIMIT if every range is taken. */
+int sbx_userns_alloc(sbx_mgr_t *m, const runtime_t *rt, uint32_t *base, err_t *err);
 /* Give r its network (a new address, or ip again) and write its /etc files. */
 int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
                   err_t *err);
@@ -278,7 +291,7 @@ int sbx_quota_insert(sbx_mgr_t *m, const user_t *owner, sandbox_rec_t *r, bool f
 int sbx_quota_check_wake(sbx_mgr_t *m, int64_t owner_id, err_t *err);
 
 /* Mount the sandbox's socket dir (a small tmpfs, sockdir.c) unless it is mounted. */
-int sbx_sockdir_mount(const struct sbx_paths *p, err_t *err);
+int sbx_sockdir_mount(const struct sbx_paths *p, uint32_t owner, err_t *err);
 /* Unmount it (nothing mounted is fine). */
 int sbx_sockdir_umount(const struct sbx_paths *p, err_t *err);
 /* Bytes in use in the socket dir, or -1 when it is not mounted. */

@@ -23,12 +23,16 @@
 #define SOCKDIR_INODES "16"  /* the dir and its sockets, with room for more sockets */
 #define SOCKDIR_SOURCE "sandboxer-sock"
 
-int sbx_sockdir_mount(const struct sbx_paths *p, err_t *err)
+int sbx_sockdir_mount(const struct sbx_paths *p, uint32_t owner, err_t *err)
 {
     if (storage_is_mounted(p->sock))
         return 0;
-    if (mount(SOCKDIR_SOURCE, p->sock, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "size=" SOCKDIR_SIZE ",nr_inodes=" SOCKDIR_INODES ",mode=0755") < 0)
+    /* Its root is the agent's, which is owner on the host in a user namespace. */
+    char opts[128];
+    snprintf(opts, sizeof(opts),
+             "size=" SOCKDIR_SIZE ",nr_inodes=" SOCKDIR_INODES ",mode=0755,uid=%u,gid=%u", owner,
+             owner);
+    if (mount(SOCKDIR_SOURCE, p->sock, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
         return err_sys(err, "mount the socket dir %s", p->sock);
     return 0;
 }

@@ -399,3 +399,21 @@ json_t *store_sandbox_child_ids(store_t *s, const char *id)
         json_array_append_new(arr, json_string((const char *)sqlite3_column_text(st, 0)));
     return arr;
 }
+
+int store_userns_taken(store_t *s, uint32_t base, bool *taken, err_t *err)
+{
+    STORE_LOCK(s);
+    sqlite3_stmt *st _cleanup_stmt_ = NULL;
+    if (store_prepare(s,
+                      "SELECT 1 FROM sandboxes WHERE status != 'terminated' AND "
+                      "json_extract(spec, '$.userns') = ?1 UNION ALL "
+                      "SELECT 1 FROM snapshots WHERE json_extract(spec, '$.userns') = ?1 LIMIT 1",
+                      &st, err) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)base);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return store_fail(s, "look up a user namespace range", err);
+    *taken = rc == SQLITE_ROW;
+    return 0;
+}

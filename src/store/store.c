@@ -1,5 +1,8 @@
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/cleanup.h"
 #include "common/log.h"
@@ -80,6 +83,20 @@ store_t *store_open(const char *path, err_t *err)
     store_t *s = xcalloc(1, sizeof(*s));
     pthread_mutex_init(&s->lock, NULL);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    /* The host's root only (tokens' hashes, agent tokens, sandboxes' environments): SQLite
+     * gives its -wal and -shm files the database file's mode. The state dir can be searched
+     * by others (a sandbox's root in its user namespace has to reach its own dirs). */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+        fchmod(fd, 0600);
+        close(fd);
+    }
+    const char *suffixes[] = {"-wal", "-shm"};
+    for (size_t i = 0; i < 2; i++) {
+        char *side = xasprintf("%s%s", path, suffixes[i]);
+        chmod(side, 0600);
+        free(side);
+    }
     if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
         err_set(err, ERR_INTERNAL, 0, "store", "open database %s: %s", path,
                 s->db ? sqlite3_errmsg(s->db) : "out of memory");

@@ -104,6 +104,9 @@ int store_sandbox_hand_over(store_t *s, const char *id, int64_t owner_id, const 
                             bool is_public, double now, err_t *err);
 /* Record the sandbox's address (NULL clears it). */
 int store_sandbox_set_ip(store_t *s, const char *id, const char *ip, err_t *err);
+/* True in *taken if a sandbox that is not terminated, or a snapshot, has the user namespace
+ * range at base (its spec's "userns"). */
+int store_userns_taken(store_t *s, uint32_t base, bool *taken, err_t *err);
 /* Set last_active_at to now. */
 void store_sandbox_touch(store_t *s, const char *id);
 /* The ids of the children of id as a JSON array (new reference). */

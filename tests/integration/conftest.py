@@ -111,6 +111,9 @@ class Daemon:
 
     def __init__(self, workdir, extra_args=(), env=None):
         self.workdir = workdir
+        # Searchable by others, as /var/lib is: a sandbox's root (an unprivileged host uid in
+        # its user namespace) must reach its dirs in the state dir (mkdtemp makes it 0700).
+        os.chmod(workdir, 0o711)
         self.env = env
         n = next(_daemons)
         self.bridge = f"sbt{os.getpid() % 10000}x{n}"
