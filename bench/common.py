@@ -152,6 +152,9 @@ def parser(script, doc):
     ap.add_argument("--log-level", default="info", help="the daemon's --log-level")
     ap.add_argument("--keep-log", metavar="PATH", help="copy the daemon's log to PATH")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--userns", choices=("auto", "on", "off"), default="auto",
+                    help="the daemon's --userns: compare runc sandboxes with and without user "
+                    "namespaces by running a script twice")
     ap.add_argument("--runtimes", default="runc,runsc",
                     help="the sandbox runtimes to measure, comma-separated: runc and/or runsc "
                     "(gVisor, on the platform the daemon probes; left out with a note when "
@@ -582,7 +585,7 @@ class Session:
         self.on_cleanup("bridge and nftables table", net.cleanup)
         name = "sandboxer" if self.daemons == 1 else f"sandboxer-{self.daemons}"
         sbx = Sandboxer(args.bin, os.path.join(self.workdir, name), reg.url,
-                        args.log_level, extra_args=net.args())
+                        args.log_level, extra_args=net.args() + ["--userns", args.userns])
         self.on_cleanup(name, sbx.cleanup)
         sbx.start()
         return sbx
@@ -607,6 +610,7 @@ class Session:
         signal.alarm(total_timeout)
         self.prefix = f"sbx-bench-{os.getpid()}"
         self.workdir = tempfile.mkdtemp(prefix="sbx-bench-")
+        os.chmod(self.workdir, 0o711)  # a sandbox's root (a user namespace's) reaches its dirs
         self.cleanups = []
         self.daemons = 0
         self.t_start = time.monotonic()

@@ -217,10 +217,12 @@ static int write_criu_conf(sbx_mgr_t *m, err_t *err)
      * between two loopback addresses are the exception (scripts/criu-patches/0006): both ends
      * are in the sandbox, so they are kept, established. skip-in-flight: a connection a
      * listener has not accepted yet is left out (the client retries), where CRIU would
-     * otherwise refuse the whole checkpoint.
+     * otherwise refuse the whole checkpoint. timeout: how long freezing and seizing the tree
+     * may take (CRIU's default, 10 s, was reached on a loaded host by a shell pipeline that
+     * forks all the time).
      */
     static const char conf[] = "ghost-limit 268435456\ntcp-close\nskip-in-flight\n"
-                               "network-lock skip\nmanage-cgroups=ignore\n";
+                               "network-lock skip\nmanage-cgroups=ignore\ntimeout 30\n";
     int fd _cleanup_close_ = open(m->criu_conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || write(fd, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1))
         return err_sys(err, "write %s", m->criu_conf);
