@@ -529,6 +529,23 @@ int net_sandbox_set_owner(net_t *n, const char *id, int64_t owner_id, err_t *err
     return rc;
 }
 
+int net_sandbox_adopt_netns(net_t *n, const char *id, pid_t pid, err_t *err)
+{
+    if (!net_id_valid(id))
+        return err_set(err, ERR_INVALID, 0, "bad_id", "bad sandbox id for networking");
+    char ifname[16];
+    net_ifname_for(n->bridge, id, ifname);
+    struct net_rtnl r;
+    if (net_rtnl_open(&r, err) < 0)
+        return -1;
+    int rc = net_rtnl_link_del(&r, ifname); /* takes eth0 in the old netns with it */
+    net_rtnl_close(&r);
+    if (rc < 0)
+        return rt_fail(err, rc, "delete veth", ifname);
+    _cleanup_free_ char *path = netns_path(n, id);
+    return net_netns_adopt(path, pid, err);
+}
+
 int net_sandbox_teardown(net_t *n, const char *id, err_t *err)
 {
     if (!net_id_valid(id))

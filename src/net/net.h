@@ -56,6 +56,12 @@ int net_sandbox_setup(net_t *n, const char *id, int64_t owner_id, const char *eg
 /* Move the rules of sandbox id (which has its address) to owner_id: one nftables run, no
  * change to its links or address. */
 int net_sandbox_set_owner(net_t *n, const char *id, int64_t owner_id, err_t *err);
+/*
+ * id's processes run in a network namespace of their own now (a restore into a user namespace
+ * made it, empty): it becomes id's netns, and the one before goes with its veth. Its address
+ * and rules stay; net_sandbox_setup with that address plumbs the new namespace.
+ */
+int net_sandbox_adopt_netns(net_t *n, const char *id, pid_t pid, err_t *err);
 /* Remove id's veth, rules and netns file and free its address. Idempotent. */
 int net_sandbox_teardown(net_t *n, const char *id, err_t *err);
 

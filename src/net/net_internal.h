@@ -203,6 +203,8 @@ int net_netns_prepare_dir(const char *dir, err_t *err);
 int net_netns_ensure(const char *path, int *nl_fd, bool *created, err_t *err);
 /* Unmount and remove the netns file at path (missing is fine). */
 int net_netns_remove(const char *path, err_t *err);
+/* Make path the network namespace of process pid (the one there before is let go). */
+int net_netns_adopt(const char *path, pid_t pid, err_t *err);
 /* Write value to /proc/sys/<key> in the host's netns ("net/ipv4/ip_forward"). */
 int net_sysctl_write(const char *key, const char *value, err_t *err);
 /* Read /proc/sys/<key> into out; false if unreadable. */

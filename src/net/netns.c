@@ -181,3 +181,17 @@ int net_netns_remove(const char *path, err_t *err)
         return err_sys(err, "remove %s", path);
     return 0;
 }
+
+int net_netns_adopt(const char *path, pid_t pid, err_t *err)
+{
+    if (net_netns_remove(path, err) < 0 || create_file(path, err) < 0)
+        return -1;
+    char src[64];
+    snprintf(src, sizeof(src), "/proc/%d/ns/net", (int)pid);
+    if (mount(src, path, NULL, MS_BIND, NULL) < 0) {
+        err_sys(err, "bind-mount the network namespace of process %d", (int)pid);
+        net_netns_remove(path, NULL);
+        return -1;
+    }
+    return 0;
+}

@@ -140,32 +140,44 @@ const runtime_t *sbx_runtime_of(sbx_mgr_t *m, const char *id)
     return rt ? rt : runtime_find("runc");
 }
 
-int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
-                  err_t *err)
+/* r's veth, address and rules (ip again, or a new address), into its netns. */
+static int plumb_net(sbx_mgr_t *m, const sandbox_rec_t *r, const char *ip, struct net_sandbox *ns,
+                     err_t *err)
 {
     const char *egress = json_string_value(json_object_get(r->spec, "network"));
     /* "proxy": no way out but the egress proxy on the gateway, which every sandbox may reach
      * (it answers only those whose network is "proxy"): for the rules, that is "none". */
     if (egress && strcmp(egress, "proxy") == 0)
         egress = "none";
+    return net_sandbox_setup(m->cfg.net, r->id, sbx_pool_net_owner(m, r), egress ? egress : "none",
+                             ip && *ip ? ip : NULL, ns, err);
+}
+
+int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
+                  err_t *err)
+{
     struct net_sandbox ns;
-    if (net_sandbox_setup(m->cfg.net, r->id, sbx_pool_net_owner(m, r), egress ? egress : "none",
-                          ip && *ip ? ip : NULL, &ns, err) < 0 ||
-        net_write_etc(p->etc, r->hostname, &ns, err) < 0)
+    if (plumb_net(m, r, ip, &ns, err) < 0 || net_write_etc(p->etc, r->hostname, &ns, err) < 0)
         return -1;
     return store_sandbox_set_ip(m->store, r->id, ns.ip, err);
 }
 
-int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err)
+int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, bool restore,
+                     err_t *err)
 {
-    _cleanup_free_ char *netns = xasprintf("%s/netns/%s", m->cfg.state_dir, r->id);
+    /* A restore into a user namespace gets a new, empty network namespace from CRIU (owned by
+     * that user namespace, so that CRIU may repair the sandbox's own TCP connections in it);
+     * sbx_start makes it the sandbox's and plumbs it afterwards. */
+    bool own_netns = restore && sbx_userns_base(r);
+    _cleanup_free_ char *netns =
+        own_netns ? NULL : xasprintf("%s/netns/%s", m->cfg.state_dir, r->id);
     json_t *res = json_object_get(r->spec, "resources");
     const char *agent_dir = json_string_value(json_object_get(r->spec, "agent_dir"));
     struct spec_opts so = {
         .id = r->id,
         .hostname = r->hostname,
         .agent_dir = agent_dir ? agent_dir : m->agent_dir,
-        .criu_conf = m->criu_conf,
+        .criu_conf = own_netns ? m->criu_conf_empty_net : m->criu_conf,
         .sock_dir = p->sock,
         .etc_dir = p->etc,
         .netns_path = netns,
@@ -288,15 +300,35 @@ static int reapply_net(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
     return sbx_net_setup(m, r, p, r->ip_address, err);
 }
 
+/* The restored sandbox's own network namespace becomes its netns, plumbed with its address. */
+static int adopt_netns(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
+                       const struct sbx_paths *p, err_t *err)
+{
+    sandbox_rec_t now; /* the address a fork's setup gave it is in the store, not in r */
+    if (store_sandbox_get(m->store, -1, r->id, &now, err) < 0)
+        return -1;
+    /* Not its /etc files: they are bound into the running sandbox, and a rewrite would leave
+     * it a deleted file (which its next checkpoint could not restore). */
+    struct net_sandbox ns;
+    int rc = net_sandbox_adopt_netns(m->cfg.net, r->id, l->init_pid, err);
+    if (rc == 0)
+        rc = plumb_net(m, &now, now.ip_address, &ns, err);
+    store_sandbox_rec_clear(&now);
+    return rc;
+}
+
 int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const struct sbx_paths *p,
               const char *restore, err_t *err)
 {
     live_from_record(l, r);
     if (reapply_net(m, l, r, p, err) < 0)
         return -1;
-    if (sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, err) < 0)
+    if (sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, restore != NULL, err) < 0)
         return -1;
-    return sbx_boot(m, l, p, restore, r->hostname, err);
+    int rc = sbx_boot(m, l, p, restore, r->hostname, err);
+    if (rc == 0 && restore && l->userns_base) /* see sbx_write_bundle */
+        rc = adopt_netns(m, l, r, p, err);
+    return rc;
 }
 
 int sbx_start_cold_after(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,

@@ -226,6 +226,29 @@ static int write_criu_conf(sbx_mgr_t *m, err_t *err)
     int fd _cleanup_close_ = open(m->criu_conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || write(fd, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1))
         return err_sys(err, "write %s", m->criu_conf);
+    /* A restore into a user namespace: CRIU makes the network namespace, empty (userns.c),
+     * and the script brings its lo up before the sandbox's own TCP connections over it are
+     * restored (the daemon plumbs the rest once the restore is done). */
+    static const char script[] =
+        "#!/bin/sh\n"
+        "# CRIU's action script for restores into user namespaces (sandboxer, "
+        "criu-empty-net.conf)\n"
+        "[ \"$CRTOOLS_SCRIPT_ACTION\" = setup-namespaces ] || exit 0\n"
+        "PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH\n"
+        "exec nsenter --net=/proc/\"$CRTOOLS_INIT_PID\"/ns/net ip link set lo up\n";
+    _cleanup_free_ char *script_path = xasprintf("%s/criu-lo-up.sh", m->cfg.state_dir);
+    int sfd _cleanup_close_ =
+        open(script_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0755);
+    if (sfd < 0 || write(sfd, script, sizeof(script) - 1) != (ssize_t)(sizeof(script) - 1) ||
+        fchmod(sfd, 0755) < 0)
+        return err_sys(err, "write %s", script_path);
+    _cleanup_free_ char *empty = xasprintf("empty-ns net\naction-script %s\n", script_path);
+    m->criu_conf_empty_net = xasprintf("%s/criu-empty-net.conf", m->cfg.state_dir);
+    int fd2 _cleanup_close_ =
+        open(m->criu_conf_empty_net, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd2 < 0 || write(fd2, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1) ||
+        write(fd2, empty, strlen(empty)) != (ssize_t)strlen(empty))
+        return err_sys(err, "write %s", m->criu_conf_empty_net);
     return 0;
 }
 
@@ -337,6 +360,7 @@ void sbx_close(sbx_mgr_t *m)
     free(m->fork_ckpt_dir);
     free(m->agent_dir);
     free(m->criu_conf);
+    free(m->criu_conf_empty_net);
     free(m->sysfs_dir);
     free(m->runc_root);
     free(m);

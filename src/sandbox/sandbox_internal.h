@@ -40,12 +40,13 @@ struct sbx_mgr {
     struct sbx_config cfg;
     store_t *store;
     image_store_t *images;
-    char *sandboxes_dir; /* <state>/sandboxes */
-    char *fork_ckpt_dir; /* /dev/shm/sandboxer-checkpoints/<hash of the state dir> */
-    char *agent_dir;     /* <state>/agent/<hash>: the agent binary new sandboxes bind */
-    char *criu_conf;     /* <state>/criu.conf: CRIU options, passed by runc */
-    char *sysfs_dir;     /* <state>/sysfs: a sysfs mount with none below it (user namespaces) */
-    bool userns;         /* new runc sandboxes get a user namespace (--userns) */
+    char *sandboxes_dir;       /* <state>/sandboxes */
+    char *fork_ckpt_dir;       /* /dev/shm/sandboxer-checkpoints/<hash of the state dir> */
+    char *agent_dir;           /* <state>/agent/<hash>: the agent binary new sandboxes bind */
+    char *criu_conf;           /* <state>/criu.conf: CRIU options, passed by runc */
+    char *criu_conf_empty_net; /* the same and "empty-ns net": restores into user namespaces */
+    char *sysfs_dir; /* <state>/sysfs: a sysfs mount with none below it (user namespaces) */
+    bool userns;     /* new runc sandboxes get a user namespace (--userns) */
     uint32_t userns_first, userns_count; /* the host ids they are given (--userns-range) */
     uint32_t userns_cursor;              /* where the next range is looked for */
     pthread_mutex_t userns_lock;
@@ -222,8 +223,9 @@ int sbx_userns_alloc(sbx_mgr_t *m, const runtime_t *rt, uint32_t *base, err_t *e
 /* Give r its network (a new address, or ip again) and write its /etc files. */
 int sbx_net_setup(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, const char *ip,
                   err_t *err);
-/* Write the OCI config.json of r into its bundle. */
-int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
+/* Write the OCI config.json of r into its bundle (for a restore from a checkpoint: restore). */
+int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_paths *p, bool restore,
+                     err_t *err);
 /*
  * Start the prepared bundle of l (shim + runc run, or runc restore from the checkpoint dir
  * restore) and wait until its agent answers: 0, or 1 if the main process already ended (its

@@ -122,6 +122,9 @@ class Daemon:
         self.state_dir = os.path.join(workdir, "state")
         self.socket = os.path.join(workdir, "api.sock")
         self.extra_args = list(extra_args)
+        # SANDBOXER_TEST_USERNS=on|auto runs every test daemon with that --userns.
+        if os.environ.get("SANDBOXER_TEST_USERNS") and "--userns" not in self.extra_args:
+            self.extra_args += ["--userns", os.environ["SANDBOXER_TEST_USERNS"]]
         self.port = None
         self.proc = None
         self.stdout_path = None
