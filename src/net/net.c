@@ -578,7 +578,9 @@ int net_sandbox_teardown(net_t *n, const char *id, err_t *err)
     if (ip && net_ct_flush(ip, &ct_err) < 0)
         log_warn("net.conntrack", "sandbox=%s msg=\"%s\"", id, ct_err.msg);
     _cleanup_free_ char *path = netns_path(n, id);
-    if (net_netns_remove(path, err) < 0)
+    /* and the file of the user namespace that owns it, where the sandbox has one */
+    _cleanup_free_ char *user = xasprintf("%s.user", path);
+    if (net_netns_remove(path, err) < 0 || net_netns_remove(user, err) < 0)
         return -1;
     log_info("net.sandbox_teardown", "sandbox=%s if=%s", id, ifname);
     return 0;

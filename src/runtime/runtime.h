@@ -46,24 +46,25 @@ void runtime_cgroup_stats_at(const char *root, enum cgroup_mode m, const char *i
 struct spec_opts {
     const char *id; /* container id and cgroup leaf */
     const char *hostname;
-    const char *agent_dir;  /* host dir holding sandboxer-agent (bound ro at /.sandboxer) */
-    const char *sock_dir;   /* host dir for the agent socket (bound at /run/sandboxer) */
-    const char *etc_dir;    /* host dir with hostname, hosts (bound ro into /etc) */
-    const char *netns_path; /* join this netns, or NULL for a new loopback-only one */
-    const char *criu_conf;  /* CRIU config file runc hands to CRIU (org.criu.config) */
-    json_t *env;            /* array of "K=V" strings for the main process (borrowed) */
-    json_t *args;           /* array: the main process argv, may be empty (borrowed) */
-    const char *cwd;        /* working dir, "/" if NULL */
-    const char *user;       /* image/user spec for the main process, NULL = root */
-    bool tty;               /* the main process on a PTY the agent owns (interactive) */
-    double cpus;            /* CPU quota in CPUs */
-    uint64_t memory;        /* bytes */
-    int64_t pids;           /* max tasks */
-    bool net_raw;           /* keep CAP_NET_RAW (raw and packet sockets) */
-    bool agent_auth;        /* the agent reads its token from stdin (--auth-stdin) */
-    bool setuid;            /* no noNewPrivileges: setuid binaries (sudo) work */
-    uint32_t userns_base;   /* a user namespace mapping root to this host uid; 0: none */
-    const char *sysfs_src;  /* with userns_base: a sysfs mount with no mounts below it */
+    const char *agent_dir;   /* host dir holding sandboxer-agent (bound ro at /.sandboxer) */
+    const char *sock_dir;    /* host dir for the agent socket (bound at /run/sandboxer) */
+    const char *etc_dir;     /* host dir with hostname, hosts (bound ro into /etc) */
+    const char *netns_path;  /* join this netns, or NULL for a new loopback-only one */
+    const char *criu_conf;   /* CRIU config file runc hands to CRIU (org.criu.config) */
+    json_t *env;             /* array of "K=V" strings for the main process (borrowed) */
+    json_t *args;            /* array: the main process argv, may be empty (borrowed) */
+    const char *cwd;         /* working dir, "/" if NULL */
+    const char *user;        /* image/user spec for the main process, NULL = root */
+    bool tty;                /* the main process on a PTY the agent owns (interactive) */
+    double cpus;             /* CPU quota in CPUs */
+    uint64_t memory;         /* bytes */
+    int64_t pids;            /* max tasks */
+    bool net_raw;            /* keep CAP_NET_RAW (raw and packet sockets) */
+    bool agent_auth;         /* the agent reads its token from stdin (--auth-stdin) */
+    bool setuid;             /* no noNewPrivileges: setuid binaries (sudo) work */
+    uint32_t userns_base;    /* a user namespace mapping root to this host uid; 0: none */
+    const char *userns_path; /* with userns_base: join this user namespace (else runc or
+                                CRIU makes one) */
 };
 
 /*
@@ -74,6 +75,11 @@ struct spec_opts {
 #define RUNTIME_USERNS_PROBE_BASE 4000000000u /* the probe's: mapped for a moment, never run */
 /* An fd of a new user namespace with that mapping (for idmapped mounts). */
 int runtime_userns_open(uint32_t base, err_t *err);
+/* A child process in a new user namespace with that mapping (and, with_net, in a new network
+ * namespace that user namespace owns), waiting until runtime_userns_release: its
+ * /proc/<pid>/ns files can be bound meanwhile. -1 and err on failure. */
+pid_t runtime_userns_hold(uint32_t base, bool with_net, int *release, err_t *err);
+void runtime_userns_release(pid_t pid, int release);
 /* Mount src at dst (an existing dir), its ids mapped through the user namespace userns_fd. */
 int runtime_idmap_mount(const char *src, const char *dst, int userns_fd, err_t *err);
 /* True if this kernel makes user namespaces and idmapped mounts of dir's filesystem; else

@@ -75,16 +75,8 @@ static json_t *mounts(const struct spec_opts *o)
                                              "mode=1777", "size=65536k")));
     json_array_append_new(m, mount("/dev/mqueue", "mqueue", "mqueue",
                                    json_pack("[s,s,s]", "nosuid", "noexec", "nodev")));
-    /* sysfs cannot be mounted in a user namespace that does not own the network namespace
-     * (the daemon's): then a bind of the daemon's sysfs mount, one with no mounts below it, as
-     * CRIU can clone only such a mount from inside a user namespace. */
-    if (o->userns_base)
-        json_array_append_new(m, mount("/sys", "bind", o->sysfs_src,
-                                       json_pack("[s,s,s,s,s,s]", "rbind", "ro", "nosuid", "noexec",
-                                                 "nodev", "rprivate")));
-    else
-        json_array_append_new(m, mount("/sys", "sysfs", "sysfs",
-                                       json_pack("[s,s,s,s]", "nosuid", "noexec", "nodev", "ro")));
+    json_array_append_new(m, mount("/sys", "sysfs", "sysfs",
+                                   json_pack("[s,s,s,s]", "nosuid", "noexec", "nodev", "ro")));
     json_array_append_new(
         m, mount("/sys/fs/cgroup", "cgroup", "cgroup",
                  json_pack("[s,s,s,s,s]", "nosuid", "noexec", "nodev", "relatime", "ro")));
@@ -170,8 +162,12 @@ static json_t *namespaces(const struct spec_opts *o)
     if (o->netns_path)
         json_object_set_new(net, "path", json_string(o->netns_path));
     json_array_append_new(ns, net);
-    if (o->userns_base)
-        json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
+    if (o->userns_base) {
+        json_t *user = json_pack("{s:s}", "type", "user");
+        if (o->userns_path)
+            json_object_set_new(user, "path", json_string(o->userns_path));
+        json_array_append_new(ns, user);
+    }
     return ns;
 }
 
@@ -198,8 +194,8 @@ int runtime_spec_build(const struct spec_opts *o, json_t **out, err_t *err)
     if (o->userns_base) {
         json_object_set_new(linux_, "uidMappings", id_mappings(o));
         json_object_set_new(linux_, "gidMappings", id_mappings(o));
-        /* Not runc's to write from inside a user namespace that does not own the network
-         * namespace: the daemon sets it when it makes the namespace (net/netns.c). */
+        /* The daemon sets it when it plumbs the network namespace (net/netns.c): runc would
+         * write it from inside, and a restore's namespace is made by CRIU. */
         json_object_del(linux_, "sysctl");
     }
     /* Our CRIU options, and never the host's /etc/criu/runc.conf by accident. */

@@ -32,9 +32,10 @@ static int write_map(pid_t pid, const char *name, uint32_t base)
     return fd >= 0 && write(fd, map, (size_t)n) == n ? 0 : -1;
 }
 
-int runtime_userns_open(uint32_t base, err_t *err)
+pid_t runtime_userns_hold(uint32_t base, bool with_net, int *release, err_t *err)
 {
     int ready[2], done[2];
+    *release = -1;
     if (pipe2(ready, O_CLOEXEC) < 0)
         return err_sys(err, "pipe");
     if (pipe2(done, O_CLOEXEC) < 0) {
@@ -49,34 +50,65 @@ int runtime_userns_open(uint32_t base, err_t *err)
         char c = unshare(CLONE_NEWUSER) == 0 ? 'u' : 'e';
         if (write(ready[1], &c, 1) != 1 || c != 'u')
             _exit(1);
+        if (with_net) { /* once the maps are written: root here owns the new netns */
+            if (read(done[0], &c, 1) != 1)
+                _exit(1);
+            c = unshare(CLONE_NEWNET) == 0 ? 'n' : 'e';
+            if (write(ready[1], &c, 1) != 1 || c != 'n')
+                _exit(1);
+        }
         (void)!read(done[0], &c, 1);
         _exit(0);
     }
     close(ready[1]);
     close(done[0]);
-    int fd = -1, saved = 0;
+    int saved = 0;
     char c = 0;
-    if (pid < 0) {
+    if (pid < 0)
         saved = errno;
-    } else if (read(ready[0], &c, 1) != 1 || c != 'u') {
+    else if (read(ready[0], &c, 1) != 1 || c != 'u')
         saved = EPERM;
-    } else if (write_map(pid, "uid_map", base) < 0 || write_map(pid, "gid_map", base) < 0) {
+    else if (write_map(pid, "uid_map", base) < 0 || write_map(pid, "gid_map", base) < 0)
         saved = errno;
-    } else {
-        char path[64];
-        snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        saved = errno;
-    }
+    else if (with_net && (write(done[1], "m", 1) != 1 || read(ready[0], &c, 1) != 1 || c != 'n'))
+        saved = EPERM;
     close(ready[0]);
-    close(done[1]); /* the child reads EOF and exits */
+    if (pid > 0 && saved == 0) {
+        *release = done[1];
+        return pid;
+    }
+    close(done[1]);
     if (pid > 0)
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
         }
+    errno = saved;
+    return err_sys(err, "make a user namespace for uids %u-%u", base,
+                   base + RUNTIME_USERNS_SIZE - 1);
+}
+
+void runtime_userns_release(pid_t pid, int release)
+{
+    if (release >= 0)
+        close(release);
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+}
+
+int runtime_userns_open(uint32_t base, err_t *err)
+{
+    int release;
+    pid_t pid = runtime_userns_hold(base, false, &release, err);
+    if (pid < 0)
+        return -1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int saved = errno;
+    runtime_userns_release(pid, release);
     if (fd < 0) {
         errno = saved;
-        return err_sys(err, "make a user namespace for uids %u-%u", base,
-                       base + RUNTIME_USERNS_SIZE - 1);
+        return err_sys(err, "open the user namespace of process %d", (int)pid);
     }
     return fd;
 }

@@ -171,6 +171,8 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
     bool own_netns = restore && sbx_userns_base(r);
     _cleanup_free_ char *netns =
         own_netns ? NULL : xasprintf("%s/netns/%s", m->cfg.state_dir, r->id);
+    _cleanup_free_ char *userns =
+        own_netns || !sbx_userns_base(r) ? NULL : sbx_userns_file(m, r->id);
     json_t *res = json_object_get(r->spec, "resources");
     const char *agent_dir = json_string_value(json_object_get(r->spec, "agent_dir"));
     struct spec_opts so = {
@@ -193,7 +195,7 @@ int sbx_write_bundle(sbx_mgr_t *m, const sandbox_rec_t *r, const struct sbx_path
         .agent_auth = json_string_value(json_object_get(r->spec, "agent_token")) != NULL,
         .setuid = json_is_true(json_object_get(r->spec, "setuid")),
         .userns_base = sbx_userns_base(r),
-        .sysfs_src = m->sysfs_dir,
+        .userns_path = userns,
     };
     json_t *spec _cleanup_json_ = NULL;
     _cleanup_free_ char *config = xasprintf("%s/config.json", p->bundle);
@@ -310,7 +312,26 @@ static int adopt_netns(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
     /* Not its /etc files: they are bound into the running sandbox, and a rewrite would leave
      * it a deleted file (which its next checkpoint could not restore). */
     struct net_sandbox ns;
+    sbx_userns_forget(m, r->id); /* CRIU made its user namespace too */
     int rc = net_sandbox_adopt_netns(m->cfg.net, r->id, l->init_pid, err);
+    if (rc == 0)
+        rc = plumb_net(m, &now, now.ip_address, &ns, err);
+    store_sandbox_rec_clear(&now);
+    return rc;
+}
+
+/* A start from the files of a sandbox with a user namespace: runc joins the user namespace
+ * that owns its network namespace; after a restore (CRIU made both) they are made again. */
+static int fresh_userns(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err)
+{
+    _cleanup_free_ char *user = sbx_userns_file(m, r->id);
+    if (access(user, F_OK) == 0)
+        return 0;
+    sandbox_rec_t now;
+    if (store_sandbox_get(m->store, -1, r->id, &now, err) < 0)
+        return -1;
+    struct net_sandbox ns;
+    int rc = sbx_userns_netns(m, &now, err);
     if (rc == 0)
         rc = plumb_net(m, &now, now.ip_address, &ns, err);
     store_sandbox_rec_clear(&now);
@@ -320,12 +341,15 @@ static int adopt_netns(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
 int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const struct sbx_paths *p,
               const char *restore, err_t *err)
 {
+    int rc;
     live_from_record(l, r);
     if (reapply_net(m, l, r, p, err) < 0)
         return -1;
+    if (!restore && l->userns_base && (rc = fresh_userns(m, r, err)) < 0)
+        return -1;
     if (sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, restore != NULL, err) < 0)
         return -1;
-    int rc = sbx_boot(m, l, p, restore, r->hostname, err);
+    rc = sbx_boot(m, l, p, restore, r->hostname, err);
     if (rc == 0 && restore && l->userns_base) /* see sbx_write_bundle */
         rc = adopt_netns(m, l, r, p, err);
     return rc;
@@ -357,6 +381,8 @@ int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
         rc = sbx_sockdir_umount(&p, err);
     if (rc == 0 && remove_dirs)
         rc = net_sandbox_teardown(m->cfg.net, id, err);
+    if (rc == 0 && remove_dirs)
+        sbx_userns_forget(m, id);
     if (rc == 0 && remove_dirs) /* left by a fork into it that the daemon died in */
         rc = storage_remove_tree(p.fork_ckpt, err);
     if (rc == 0 && remove_dirs)

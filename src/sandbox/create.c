@@ -130,7 +130,8 @@ uint64_t sbx_spec_disk(const json_t *spec)
 static int start_container(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
                            const struct sbx_paths *p, err_t *err)
 {
-    if (sbx_make_dirs(p, r->hostname, err) < 0 || sbx_net_setup(m, r, p, NULL, err) < 0 ||
+    if (sbx_make_dirs(p, r->hostname, err) < 0 || sbx_userns_netns(m, r, err) < 0 ||
+        sbx_net_setup(m, r, p, NULL, err) < 0 ||
         storage_layer_create(m->driver, p->layer, sbx_spec_disk(r->spec), err) < 0)
         return -1;
     return sbx_start(m, l, r, p, NULL, err);

@@ -361,7 +361,6 @@ void sbx_close(sbx_mgr_t *m)
     free(m->agent_dir);
     free(m->criu_conf);
     free(m->criu_conf_empty_net);
-    free(m->sysfs_dir);
     free(m->runc_root);
     free(m);
 }

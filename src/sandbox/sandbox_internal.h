@@ -45,8 +45,7 @@ struct sbx_mgr {
     char *agent_dir;           /* <state>/agent/<hash>: the agent binary new sandboxes bind */
     char *criu_conf;           /* <state>/criu.conf: CRIU options, passed by runc */
     char *criu_conf_empty_net; /* the same and "empty-ns net": restores into user namespaces */
-    char *sysfs_dir; /* <state>/sysfs: a sysfs mount with none below it (user namespaces) */
-    bool userns;     /* new runc sandboxes get a user namespace (--userns) */
+    bool userns;               /* new runc sandboxes get a user namespace (--userns) */
     uint32_t userns_first, userns_count; /* the host ids they are given (--userns-range) */
     uint32_t userns_cursor;              /* where the next range is looked for */
     pthread_mutex_t userns_lock;
@@ -215,6 +214,13 @@ int sbx_make_dirs(const struct sbx_paths *p, const char *hostname, err_t *err);
 int sbx_mount_rootfs(const sandbox_rec_t *r, const struct sbx_paths *p, err_t *err);
 /* Decide (--userns, probing the kernel) whether new runc sandboxes get user namespaces. */
 int sbx_userns_setup(sbx_mgr_t *m, err_t *err);
+/* Where r's user namespace is bound (<state>/netns/<id>.user); the caller frees it. */
+char *sbx_userns_file(sbx_mgr_t *m, const char *id);
+/* For r with a user namespace: make it and its network namespace, unless its file is there
+ * (r's old netns and veth go; plumb it after). 0 for r without. */
+int sbx_userns_netns(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err);
+/* Let go of id's user namespace file. */
+void sbx_userns_forget(sbx_mgr_t *m, const char *id);
 /* The host uid of r's root in its user namespace (its spec's "userns"), or 0: none. */
 uint32_t sbx_userns_base(const sandbox_rec_t *r);
 /* A range of host ids for a new sandbox's user namespace (its base), or 0 if it gets none

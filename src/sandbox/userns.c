@@ -8,37 +8,28 @@
  * into the mapping it was dumped with, and the writable layer's files carry the range's ids.
  * A range is free again once no sandbox that is not terminated and no snapshot has it.
  *
- * runc makes the namespace; the network namespace stays the daemon's (made before the
- * container, net/netns.c), which CRIU dumps and restores as external with our patch 0010.
+ * The daemon makes the sandbox's user namespace and, owned by it, its network namespace (a
+ * helper process unshares both; their files are <state>/netns/<id>.user and <id>), plumbs the
+ * network from the host, and runc joins both. A restore gets both new from CRIU (the mapping
+ * it dumped, an empty network namespace: container.c), which the daemon then adopts.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mount.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "net/net.h"
 #include "runtime/runtime.h"
 #include "sandbox_internal.h"
 #include "storage/storage.h"
-
-/* <state>/sysfs: the host's sysfs mount alone (no cgroup or other mounts below it), bound
- * read-only at /sys of a sandbox with a user namespace. */
-static int sysfs_mount(sbx_mgr_t *m, err_t *err)
-{
-    m->sysfs_dir = xasprintf("%s/sysfs", m->cfg.state_dir);
-    if (mkdir(m->sysfs_dir, 0755) < 0 && errno != EEXIST)
-        return err_sys(err, "create %s", m->sysfs_dir);
-    if (storage_is_mounted(m->sysfs_dir))
-        return 0;
-    if (mount("/sys", m->sysfs_dir, NULL, MS_BIND, NULL) < 0 ||
-        mount(NULL, m->sysfs_dir, NULL, MS_PRIVATE, NULL) < 0)
-        return err_sys(err, "bind-mount /sys at %s", m->sysfs_dir);
-    return 0;
-}
 
 /* The first dir on the way to dir that other users cannot search (a sandbox's root, an
  * unprivileged host uid, could not reach its root filesystem), or NULL. */
@@ -79,12 +70,6 @@ int sbx_userns_setup(sbx_mgr_t *m, err_t *err)
                  closed);
     else
         ok = runtime_userns_probe(m->sandboxes_dir, why, sizeof(why));
-    if (ok && sysfs_mount(m, err) < 0) {
-        if (strcmp(want, "on") == 0)
-            return -1;
-        snprintf(why, sizeof(why), "%.200s", err->msg);
-        ok = false;
-    }
     if (!ok && strcmp(want, "on") == 0)
         return err_set(err, ERR_INVALID, 0, "invalid_option",
                        "--userns on: this host cannot give sandboxes user namespaces: %s", why);
@@ -127,4 +112,45 @@ int sbx_userns_alloc(sbx_mgr_t *m, const runtime_t *rt, uint32_t *base, err_t *e
     }
     pthread_mutex_unlock(&m->userns_lock);
     return rc;
+}
+
+char *sbx_userns_file(sbx_mgr_t *m, const char *id)
+{
+    return xasprintf("%s/netns/%s.user", m->cfg.state_dir, id);
+}
+
+int sbx_userns_netns(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err)
+{
+    uint32_t base = sbx_userns_base(r);
+    if (!base)
+        return 0;
+    _cleanup_free_ char *user = sbx_userns_file(m, r->id);
+    struct statfs sf;
+    if (statfs(user, &sf) == 0 && (unsigned long)sf.f_type == (unsigned long)NSFS_MAGIC)
+        return 0; /* made before, and still its netns's owner */
+    int release;
+    pid_t pid = runtime_userns_hold(base, true, &release, err);
+    if (pid < 0)
+        return -1;
+    char src[64];
+    snprintf(src, sizeof(src), "/proc/%d/ns/user", (int)pid);
+    int rc = net_sandbox_adopt_netns(m->cfg.net, r->id, pid, err);
+    if (rc == 0) {
+        umount2(user, MNT_DETACH | UMOUNT_NOFOLLOW);
+        int fd = open(user, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
+        if (fd < 0 || mount(src, user, NULL, MS_BIND, NULL) < 0)
+            rc = err_sys(err, "bind-mount the user namespace at %s", user);
+        if (fd >= 0)
+            close(fd);
+    }
+    runtime_userns_release(pid, release);
+    return rc;
+}
+
+void sbx_userns_forget(sbx_mgr_t *m, const char *id)
+{
+    _cleanup_free_ char *user = sbx_userns_file(m, id);
+    while (umount2(user, MNT_DETACH | UMOUNT_NOFOLLOW) == 0) {
+    }
+    unlink(user);
 }

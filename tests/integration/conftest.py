@@ -112,8 +112,14 @@ class Daemon:
     def __init__(self, workdir, extra_args=(), env=None):
         self.workdir = workdir
         # Searchable by others, as /var/lib is: a sandbox's root (an unprivileged host uid in
-        # its user namespace) must reach its dirs in the state dir (mkdtemp makes it 0700).
-        os.chmod(workdir, 0o711)
+        # its user namespace) must reach its dirs in the state dir (mkdtemp makes it 0700, and
+        # pytest's tmp_path sits in a 0700 /tmp/pytest-of-root).
+        d = os.path.abspath(workdir)
+        while d not in ("/", "/tmp"):
+            st = os.stat(d)
+            if not st.st_mode & 0o001:
+                os.chmod(d, (st.st_mode & 0o7777) | 0o711)
+            d = os.path.dirname(d)
         self.env = env
         n = next(_daemons)
         self.bridge = f"sbt{os.getpid() % 10000}x{n}"
