@@ -148,7 +148,7 @@ static const struct opt_def {
      offsetof(struct serve_opts, runsc_platform),
      "gVisor's platform: auto (kvm if it runs here, else ptrace), ptrace or kvm (probed at start, "
      "falling back to ptrace)"},
-    {"userns", "SANDBOXER_USERNS", "off", OPT_STR, offsetof(struct serve_opts, userns),
+    {"userns", "SANDBOXER_USERNS", "auto", OPT_STR, offsetof(struct serve_opts, userns),
      "user namespaces for runc sandboxes (root in a sandbox is an unprivileged host uid): auto "
      "(where the kernel has them and idmapped mounts), on (fail to start without) or off"},
     {"userns-range", "SANDBOXER_USERNS_RANGE", "268435456:1879048192", OPT_STR,

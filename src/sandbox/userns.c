@@ -55,7 +55,7 @@ static char *unsearchable(const char *dir)
 int sbx_userns_setup(sbx_mgr_t *m, err_t *err)
 {
     pthread_mutex_init(&m->userns_lock, NULL);
-    const char *want = m->cfg.userns ? m->cfg.userns : "off";
+    const char *want = m->cfg.userns ? m->cfg.userns : "auto";
     if (strcmp(want, "off") == 0) {
         log_info("userns.off", "msg=\"sandboxes run without a user namespace (--userns off)\"");
         return 0;

@@ -3,7 +3,7 @@
 Checked from the host, as an operator would: the uid of the sandbox's processes in /proc,
 the owner of what the sandbox writes in its writable layer, and what its root cannot read.
 The lifecycle (fork, hibernate, snapshot) keeps processes and mapping. These daemons run with
---userns on (the default is off until loopback TCP connections survive a restore in them)."""
+--userns on; the rest of the suite with the default, auto, which turns them on here."""
 import os
 import subprocess
 import tempfile
