@@ -114,7 +114,9 @@ def test_no_network_pieces_left_after_a_restart(sbx_daemon, sbx):
     assert len(links) == 1  # only the sandbox that still exists
     rules = sandbox_rules(sbx_daemon.table)
     assert keep["ip_address"] in rules and gone["ip_address"] not in rules
-    assert sorted(os.listdir(os.path.join(sbx_daemon.state_dir, "netns"))) == [keep["id"]]
+    # its netns file, and the file of the user namespace that owns it where it has one
+    want = [keep["id"]] + ([keep["id"] + ".user"] if keep["user_namespace"] else [])
+    assert sorted(os.listdir(os.path.join(sbx_daemon.state_dir, "netns"))) == sorted(want)
     c = type(sbx)(sbx_daemon.url, sbx_daemon.admin_token)
     try:
         assert c.sh(keep["id"], "ip -4 addr show eth0")["stdout"].count(keep["ip_address"]) == 1
