@@ -111,15 +111,6 @@ class Daemon:
 
     def __init__(self, workdir, extra_args=(), env=None):
         self.workdir = workdir
-        # Searchable by others, as /var/lib is: a sandbox's root (an unprivileged host uid in
-        # its user namespace) must reach its dirs in the state dir (mkdtemp makes it 0700, and
-        # pytest's tmp_path sits in a 0700 /tmp/pytest-of-root).
-        d = os.path.abspath(workdir)
-        while d not in ("/", "/tmp"):
-            st = os.stat(d)
-            if not st.st_mode & 0o001:
-                os.chmod(d, (st.st_mode & 0o7777) | 0o711)
-            d = os.path.dirname(d)
         self.env = env
         n = next(_daemons)
         self.bridge = f"sbt{os.getpid() % 10000}x{n}"
@@ -142,9 +133,22 @@ class Daemon:
     def url(self):
         return f"http://127.0.0.1:{self.port}"
 
+    def searchable(self):
+        """Make the work dir and its parents searchable by others, as /var/lib is: a
+        sandbox's root (an unprivileged host uid in its user namespace) must reach its dirs
+        in the state dir (mkdtemp makes them 0700, and pytest's tmp_path sits in a 0700
+        /tmp/pytest-of-root)."""
+        d = os.path.abspath(self.workdir)
+        while d not in ("/", "/tmp"):
+            st = os.stat(d)
+            if not st.st_mode & 0o001:
+                os.chmod(d, (st.st_mode & 0o7777) | 0o711)
+            d = os.path.dirname(d)
+
     def start(self, timeout=20):
         if self.port is None:  # a restart keeps the address, so clients keep working
             self.port = free_port()
+        self.searchable()
         self.starts += 1
         self.stdout_path = os.path.join(self.workdir, f"stdout.{self.starts}")
         self.stderr_path = os.path.join(self.workdir, f"stderr.{self.starts}")
