@@ -139,7 +139,9 @@ def test_env_args_hostname_workdir_honoured(sbx):
                  json={"argv": ["sh", "-c", "pwd; echo $X"], "cwd": "/tmp",
                        "env": {"X": "y"}}).json()
     assert r["stdout"] == "/tmp\ny\n"
-    assert "main-started" in sbx.get(f"/sandboxes/{sid}/logs").text
+    # the main process runs beside the exec: its first line may come a moment later (runsc)
+    wait_for("the main process's first line",
+             lambda: "main-started" in sbx.get(f"/sandboxes/{sid}/logs").text)
     r = sbx.post(f"/sandboxes/{sid}/exec", json={"argv": ["id", "-u"], "user": "sbx"}).json()
     assert r["stdout"] == "1000\n"
 
