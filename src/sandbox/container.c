@@ -303,8 +303,7 @@ static int reapply_net(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
 }
 
 /* The restored sandbox's own network namespace becomes its netns, plumbed with its address. */
-static int adopt_netns(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
-                       const struct sbx_paths *p, err_t *err)
+static int adopt_netns(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, err_t *err)
 {
     sandbox_rec_t now; /* the address a fork's setup gave it is in the store, not in r */
     if (store_sandbox_get(m->store, -1, r->id, &now, err) < 0)
@@ -351,7 +350,7 @@ int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const st
         return -1;
     rc = sbx_boot(m, l, p, restore, r->hostname, err);
     if (rc == 0 && restore && l->userns_base) /* see sbx_write_bundle */
-        rc = adopt_netns(m, l, r, p, err);
+        rc = adopt_netns(m, l, r, err);
     return rc;
 }
 
@@ -381,8 +380,6 @@ int sbx_teardown(sbx_mgr_t *m, const char *id, bool remove_dirs, err_t *err)
         rc = sbx_sockdir_umount(&p, err);
     if (rc == 0 && remove_dirs)
         rc = net_sandbox_teardown(m->cfg.net, id, err);
-    if (rc == 0 && remove_dirs)
-        sbx_userns_forget(m, id);
     if (rc == 0 && remove_dirs) /* left by a fork into it that the daemon died in */
         rc = storage_remove_tree(p.fork_ckpt, err);
     if (rc == 0 && remove_dirs)
