@@ -128,6 +128,15 @@ SCRIPT_ARGS = {
         ("--sc-n-create", dict(type=int, default=10, help="create samples per round")),
         ("--sc-n-fork", dict(type=int, default=5, help="fork samples per round")),
     ],
+    "userns": [
+        ("--un-rounds", dict(type=int, default=4, help="rounds, alternating the daemons")),
+        ("--un-n-exec", dict(type=int, default=200, help="exec samples per round")),
+        ("--un-n-create", dict(type=int, default=10,
+                               help="create samples per round and tool")),
+        ("--un-n-fork", dict(type=int, default=5, help="fork samples per round")),
+        ("--un-n-hibernate", dict(type=int, default=5,
+                                  help="hibernate/wake pairs per round")),
+    ],
     "terminal": [
         ("--n-open", dict(type=int, default=100,
                           help="terminal open samples per tool (default 100)")),

@@ -66,6 +66,11 @@ static char *netns_path(const net_t *n, const char *id)
     return xasprintf("%s/%s", n->netns_dir, id);
 }
 
+char *net_userns_path(const net_t *n, const char *id)
+{
+    return xasprintf("%s/%s.user", n->netns_dir, id);
+}
+
 void net_host_ifname(const net_t *n, const char *id, char *out)
 {
     net_ifname_for(n->bridge, id, out);
@@ -579,7 +584,7 @@ int net_sandbox_teardown(net_t *n, const char *id, err_t *err)
         log_warn("net.conntrack", "sandbox=%s msg=\"%s\"", id, ct_err.msg);
     _cleanup_free_ char *path = netns_path(n, id);
     /* and the file of the user namespace that owns it, where the sandbox has one */
-    _cleanup_free_ char *user = xasprintf("%s.user", path);
+    _cleanup_free_ char *user = net_userns_path(n, id);
     if (net_netns_remove(path, err) < 0 || net_netns_remove(user, err) < 0)
         return -1;
     log_info("net.sandbox_teardown", "sandbox=%s if=%s", id, ifname);

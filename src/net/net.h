@@ -62,6 +62,9 @@ int net_sandbox_set_owner(net_t *n, const char *id, int64_t owner_id, err_t *err
  * and rules stay; net_sandbox_setup with that address plumbs the new namespace.
  */
 int net_sandbox_adopt_netns(net_t *n, const char *id, pid_t pid, err_t *err);
+/* <netns dir>/<id>.user: the bind of the user namespace that owns id's netns, where the
+ * sandbox has one (the teardown removes it with the netns). Caller frees. */
+char *net_userns_path(const net_t *n, const char *id);
 /* Remove id's veth, rules and netns file and free its address. Idempotent. */
 int net_sandbox_teardown(net_t *n, const char *id, err_t *err);
 

@@ -302,35 +302,33 @@ static int reapply_net(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r,
     return sbx_net_setup(m, r, p, r->ip_address, err);
 }
 
-/* The restored sandbox's own network namespace becomes its netns, plumbed with its address. */
-static int adopt_netns(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, err_t *err)
+/*
+ * A sandbox with a user namespace gets a network namespace that its user namespace owns, and
+ * it is plumbed with the address in the store (a fork's setup gave it one r does not have):
+ * - after a restore (pid: the restored init) CRIU made both, the netns empty: it becomes the
+ *   sandbox's netns; not its /etc files, which are bound into the running sandbox (a rewrite
+ *   would leave it a deleted file, which its next checkpoint could not restore);
+ * - before a start from the files (pid 0) runc joins the pair, made again if a restore
+ *   replaced it.
+ */
+static int userns_netns(sbx_mgr_t *m, const sandbox_rec_t *r, pid_t pid, err_t *err)
 {
-    sandbox_rec_t now; /* the address a fork's setup gave it is in the store, not in r */
-    if (store_sandbox_get(m->store, -1, r->id, &now, err) < 0)
-        return -1;
-    /* Not its /etc files: they are bound into the running sandbox, and a rewrite would leave
-     * it a deleted file (which its next checkpoint could not restore). */
-    struct net_sandbox ns;
-    sbx_userns_forget(m, r->id); /* CRIU made its user namespace too */
-    int rc = net_sandbox_adopt_netns(m->cfg.net, r->id, l->init_pid, err);
-    if (rc == 0)
-        rc = plumb_net(m, &now, now.ip_address, &ns, err);
-    store_sandbox_rec_clear(&now);
-    return rc;
-}
-
-/* A start from the files of a sandbox with a user namespace: runc joins the user namespace
- * that owns its network namespace; after a restore (CRIU made both) they are made again. */
-static int fresh_userns(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err)
-{
-    _cleanup_free_ char *user = sbx_userns_file(m, r->id);
-    if (access(user, F_OK) == 0)
-        return 0;
+    if (!pid) {
+        _cleanup_free_ char *user = sbx_userns_file(m, r->id);
+        if (access(user, F_OK) == 0)
+            return 0;
+    }
     sandbox_rec_t now;
     if (store_sandbox_get(m->store, -1, r->id, &now, err) < 0)
         return -1;
+    int rc;
+    if (pid) {
+        sbx_userns_forget(m, r->id); /* CRIU made its user namespace too */
+        rc = net_sandbox_adopt_netns(m->cfg.net, r->id, pid, err);
+    } else {
+        rc = sbx_userns_netns(m, &now, err);
+    }
     struct net_sandbox ns;
-    int rc = sbx_userns_netns(m, &now, err);
     if (rc == 0)
         rc = plumb_net(m, &now, now.ip_address, &ns, err);
     store_sandbox_rec_clear(&now);
@@ -344,13 +342,13 @@ int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const st
     live_from_record(l, r);
     if (reapply_net(m, l, r, p, err) < 0)
         return -1;
-    if (!restore && l->userns_base && (rc = fresh_userns(m, r, err)) < 0)
+    if (!restore && l->userns_base && (rc = userns_netns(m, r, 0, err)) < 0)
         return -1;
     if (sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, restore != NULL, err) < 0)
         return -1;
     rc = sbx_boot(m, l, p, restore, r->hostname, err);
     if (rc == 0 && restore && l->userns_base) /* see sbx_write_bundle */
-        rc = adopt_netns(m, l, r, err);
+        rc = userns_netns(m, r, l->init_pid, err);
     return rc;
 }
 

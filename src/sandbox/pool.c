@@ -321,6 +321,7 @@ static bool round_once(sbx_mgr_t *m)
         json_object_del(p->filling, todo->id);
         if (more)
             json_object_del(p->errors, todo->id);
+        pthread_cond_broadcast(&p->cond); /* sbx_pool_drain may wait for this fill */
         pthread_mutex_unlock(&p->lock);
     } else {
         gc_snapshots(m, live);
@@ -452,6 +453,13 @@ void sbx_pool_drain(sbx_mgr_t *m, const char *template_id)
     struct sbx_pool *p = m->pool;
     if (!p)
         return;
+    /* A fill of this template under way would add a sandbox, or make the warm snapshot
+     * again, after the drain: wait for it (the template no longer wants a pool, so no
+     * other fill of it starts). A fill is bounded by its restore's and READY_WAIT_S. */
+    pthread_mutex_lock(&p->lock);
+    while (p->running && json_object_get(p->filling, template_id))
+        pthread_cond_wait(&p->cond, &p->lock);
+    pthread_mutex_unlock(&p->lock);
     for (;;) {
         pthread_mutex_lock(&p->lock);
         struct pool_entry *e = take(p, template_id, NULL, true);

@@ -116,7 +116,7 @@ int sbx_userns_alloc(sbx_mgr_t *m, const runtime_t *rt, uint32_t *base, err_t *e
 
 char *sbx_userns_file(sbx_mgr_t *m, const char *id)
 {
-    return xasprintf("%s/netns/%s.user", m->cfg.state_dir, id);
+    return net_userns_path(m->cfg.net, id);
 }
 
 int sbx_userns_netns(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err)
