@@ -2,7 +2,8 @@
  * Warm pools. A template with pool N > 0 keeps N sandboxes ready to hand out: its sandbox is
  * started once from its image (and, when the image exposes a port, until that port listens:
  * the code interpreter's kernel is then up), snapshotted with its memory, and deleted; every
- * pooled sandbox is that snapshot restored, left running idle (never hibernated: its
+ * pooled sandbox is that snapshot restored (with user namespaces: started from the image in
+ * the same way, see fills_from_image), left running idle (never hibernated: its
  * idle_timeout is 0). A create from the template takes one: its record is given to the caller
  * (owner, label, created_at) and answered at once; its network rules follow the new owner a
  * moment later on a thread of their own (until then it reaches no other sandbox: each pooled
@@ -144,32 +145,44 @@ static bool wait_listening(sbx_mgr_t *m, const char *id, int port)
     return false;
 }
 
-/* Start t's sandbox from its image, wait until it serves, snapshot it, delete it. */
-static int make_snapshot(sbx_mgr_t *m, const template_rec_t *t, const char *name, err_t *err)
+/* Start t's sandbox from its image (labelled label), wait until it serves. Its idle_timeout is
+ * 0 (a restore from its snapshot keeps that); a claim gives it the daemon's default. */
+static int start_from_image(sbx_mgr_t *m, const template_rec_t *t, const char *label, json_t **out,
+                            err_t *err)
 {
     struct sbx_create_req q = {.image = t->image,
                                .interactive = -1,
                                .cpus = -1,
                                .pids = -1,
                                .is_public = -1,
-                               .idle_timeout = -1,
+                               .idle_timeout = 0, /* never hibernated while pooled */
                                .net_raw = -1,
                                .setuid = t->setuid ? 1 : 0,
-                               .label = "pool-source"};
+                               .label = label};
+    if (sbx_create(m, &m->pool->owner, &q, out, err) < 0)
+        return -1;
+    const char *id = json_string_value(json_object_get(*out, "id"));
+    int port = exposed_port(m, t);
+    if (port && !wait_listening(m, id, port)) {
+        err_set(err, ERR_RUNTIME, 0, "template_not_ready",
+                "the template's sandbox did not listen on port %d within %d s", port, READY_WAIT_S);
+        delete_quietly(m, id);
+        return -1;
+    }
+    return 0;
+}
+
+/* Start t's sandbox from its image, wait until it serves, snapshot it, delete it. */
+static int make_snapshot(sbx_mgr_t *m, const template_rec_t *t, const char *name, err_t *err)
+{
     json_t *j _cleanup_json_ = NULL;
     double t0 = now_mono_ms();
-    if (sbx_create(m, &m->pool->owner, &q, &j, err) < 0)
+    if (start_from_image(m, t, "pool-source", &j, err) < 0)
         return -1;
     char id[65];
     snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(j, "id")));
-    int port = exposed_port(m, t), rc = 0;
-    if (port && !wait_listening(m, id, port))
-        rc = err_set(err, ERR_RUNTIME, 0, "template_not_ready",
-                     "the template's sandbox did not listen on port %d within %d s", port,
-                     READY_WAIT_S);
     json_t *snap _cleanup_json_ = NULL;
-    if (rc == 0)
-        rc = sbx_snapshot_take(m, &m->pool->owner, id, name, &snap, err);
+    int rc = sbx_snapshot_take(m, &m->pool->owner, id, name, &snap, err);
     delete_quietly(m, id);
     if (rc == 0)
         log_info("pool.snapshot", "template=%s snapshot=%s ms=%.0f", t->name, name,
@@ -219,25 +232,43 @@ static void gc_snapshots(sbx_mgr_t *m, json_t *live)
 
 /* ---- filling ---- */
 
-/* Restore one pooled sandbox of t. */
+/*
+ * With user namespaces, each sandbox must get a range of its own, and a restore keeps the
+ * range it was dumped with: sandboxes restored from one warm snapshot would share one range
+ * across the owners that claim them. So the pool starts each from the image instead, and
+ * waits until it serves, as make_snapshot does (more CPU per fill, in the background; a claim
+ * is as fast: the sandbox runs already).
+ */
+static bool fills_from_image(sbx_mgr_t *m)
+{
+    return sbx_userns_for(m, runtime_find(m->cfg.runtime));
+}
+
+/* Start one pooled sandbox of t: restored from its warm snapshot, or from its image. */
 static int fill_one(sbx_mgr_t *m, const template_rec_t *t, err_t *err)
 {
     char name[128], digest[16];
     snapshot_name(t, name, sizeof(name));
     short_digest(t, digest);
-    snapshot_rec_t snap;
-    if (store_snapshot_get(m->store, m->pool->owner.id, name, &snap, NULL) == 0) {
-        store_snapshot_rec_clear(&snap);
-    } else {
-        drop_snapshots(m, t->id, NULL);
-        if (make_snapshot(m, t, name, err) < 0)
-            return -1;
-    }
     char label[96];
     snprintf(label, sizeof(label), "pool:%s:%s", t->id, digest);
     json_t *j _cleanup_json_ = NULL;
-    if (sbx_snapshot_start(m, &m->pool->owner, name, label, NULL, &j, err) < 0)
-        return -1;
+    if (fills_from_image(m)) {
+        drop_snapshots(m, t->id, NULL); /* one a run without user namespaces made */
+        if (start_from_image(m, t, label, &j, err) < 0)
+            return -1;
+    } else {
+        snapshot_rec_t snap;
+        if (store_snapshot_get(m->store, m->pool->owner.id, name, &snap, NULL) == 0) {
+            store_snapshot_rec_clear(&snap);
+        } else {
+            drop_snapshots(m, t->id, NULL);
+            if (make_snapshot(m, t, name, err) < 0)
+                return -1;
+        }
+        if (sbx_snapshot_start(m, &m->pool->owner, name, label, NULL, &j, err) < 0)
+            return -1;
+    }
     const char *id = json_string_value(json_object_get(j, "id"));
     struct pool_entry *e = xcalloc(1, sizeof(*e));
     snprintf(e->id, sizeof(e->id), "%s", id);

@@ -223,6 +223,8 @@ int sbx_userns_netns(sbx_mgr_t *m, const sandbox_rec_t *r, err_t *err);
 void sbx_userns_forget(sbx_mgr_t *m, const char *id);
 /* The host uid of r's root in its user namespace (its spec's "userns"), or 0: none. */
 uint32_t sbx_userns_base(const sandbox_rec_t *r);
+/* Whether a new sandbox of runtime rt gets a user namespace (runc, with --userns on). */
+bool sbx_userns_for(sbx_mgr_t *m, const runtime_t *rt);
 /* A range of host ids for a new sandbox's user namespace (its base), or 0 if it gets none
  * (--userns off, or a runtime other than runc); ERR_LIMIT if every range is taken. */
 int sbx_userns_alloc(sbx_mgr_t *m, const runtime_t *rt, uint32_t *base, err_t *err);

@@ -86,10 +86,15 @@ int sbx_userns_setup(sbx_mgr_t *m, err_t *err)
     return 0;
 }
 
+bool sbx_userns_for(sbx_mgr_t *m, const runtime_t *rt)
+{
+    return m->userns && rt && strcmp(runtime_name(rt), "runc") == 0;
+}
+
 int sbx_userns_alloc(sbx_mgr_t *m, const runtime_t *rt, uint32_t *base, err_t *err)
 {
     *base = 0;
-    if (!m->userns || strcmp(runtime_name(rt), "runc") != 0)
+    if (!sbx_userns_for(m, rt))
         return 0;
     pthread_mutex_lock(&m->userns_lock);
     int rc = err_set(err, ERR_LIMIT, 0, "userns_exhausted",

@@ -282,6 +282,8 @@ def pool_of(c, name):
 
 
 def test_a_warm_pool_hands_out_running_sandboxes_and_refills(tpl, tpl_daemon):
+    snap_dir = os.path.join(tpl_daemon.state_dir, "snapshots")
+    snaps_before = set(os.listdir(snap_dir)) if os.path.isdir(snap_dir) else set()
     try:
         r = tpl.http.patch("/templates/base", json={"pool": 1})
         assert r.status_code == 200 and r.json()["pool"]["size"] == 1
@@ -303,6 +305,27 @@ def test_a_warm_pool_hands_out_running_sandboxes_and_refills(tpl, tpl_daemon):
         with httpx.Client(base_url=tpl_daemon.url,
                           headers={"Authorization": f"Bearer {tok}"}) as dave:
             assert dave.get(f"/sandboxes/{sb['id']}").status_code == 404
+        wait_for(lambda: pool_of(tpl, "base")["ready"] == 1, 180, what="the pool to refill")
+        # another user's claim gets a user namespace range of its own (not one shared through
+        # a warm snapshot: with user namespaces the pool starts each from the image)
+        mine = tpl.get(f"/sandboxes/{sb['id']}").json()["user_namespace"]
+        before = runc_ids(tpl_daemon)
+        with httpx.Client(base_url=tpl_daemon.url, timeout=120,
+                          headers={"Authorization": f"Bearer {tok}"}) as dave:
+            r = dave.post("/sandboxes", json={"label": "daves"})
+            assert r.status_code == 200, r.text
+            theirs = r.json()
+            try:
+                assert theirs["id"] in before and theirs["template"] == "base"
+                if mine is not None:
+                    assert theirs["user_namespace"]["host_id"] != mine["host_id"], (mine, theirs)
+                    # and no warm snapshot was made
+                    snaps = set(os.listdir(snap_dir)) if os.path.isdir(snap_dir) else set()
+                    assert snaps <= snaps_before, snaps - snaps_before
+                else:
+                    assert theirs["user_namespace"] is None  # --userns off: warm snapshot
+            finally:
+                assert dave.delete(f"/sandboxes/{theirs['id']}").status_code == 200
         wait_for(lambda: pool_of(tpl, "base")["ready"] == 1, 180, what="the pool to refill")
         # a create asking for what a pooled sandbox cannot give starts one cold
         r = tpl.http.post("/sandboxes", json={"env": {"A": "b"}}, timeout=300)
@@ -342,5 +365,8 @@ def test_deleting_a_pooled_template_drains_its_pool_and_nothing_leaks(tpl, tpl_d
     refs = [i["ref"] for i in tpl.get("/images").json()["images"]]
     assert sorted(refs) == ["localhost/templates/base:latest",
                             "localhost/templates/code-interpreter:latest"], refs
-    snaps = os.listdir(os.path.join(tpl_daemon.state_dir, "snapshots"))
-    assert snaps == [], snaps  # warm snapshots of t-pool are gone (base's pool is 0 too)
+    # warm snapshots of t-pool are gone (base's pool is 0 too); with user namespaces the pool
+    # makes none, and no snapshot dir may exist at all
+    snap_dir = os.path.join(tpl_daemon.state_dir, "snapshots")
+    snaps = os.listdir(snap_dir) if os.path.isdir(snap_dir) else []
+    assert snaps == [], snaps
