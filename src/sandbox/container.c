@@ -344,11 +344,17 @@ int sbx_start(sbx_mgr_t *m, struct sbx_live *l, const sandbox_rec_t *r, const st
         return -1;
     if (!restore && l->userns_base && (rc = userns_netns(m, r, 0, err)) < 0)
         return -1;
+    double t0 = now_mono_ms();
     if (sbx_mount_rootfs(r, p, err) < 0 || sbx_write_bundle(m, r, p, restore != NULL, err) < 0)
         return -1;
+    double t1 = now_mono_ms();
     rc = sbx_boot(m, l, p, restore, r->hostname, err);
+    double t2 = now_mono_ms();
     if (rc == 0 && restore && l->userns_base) /* see sbx_write_bundle */
         rc = userns_netns(m, r, l->init_pid, err);
+    log_debug("sandbox.start_phases",
+              "sandbox=%s restore=%d userns=%d rootfs_ms=%.1f boot_ms=%.1f net_ms=%.1f", r->id,
+              restore != NULL, l->userns_base != 0, t1 - t0, t2 - t1, now_mono_ms() - t2);
     return rc;
 }
 
