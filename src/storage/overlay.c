@@ -26,14 +26,15 @@
  * Mount, waiting a little while the kernel answers EBUSY: with index=on an upper dir still
  * used by an overlay is refused, and the previous mount of a sandbox that just hibernated
  * (detached) lives on until the last of its processes has finished exiting, which takes a
- * few milliseconds after its container is gone.
+ * few milliseconds after its container is gone, and more than 2 s for a large process on a
+ * loaded machine (a code interpreter's kernel under ASan while two suites run): up to 15 s.
  */
 static int mount_busy_retry(const char *target, const char *data)
 {
     for (int i = 0;; i++) {
         if (mount("overlay", target, "overlay", 0, data) == 0)
             return 0;
-        if (errno != EBUSY || i >= 400)
+        if (errno != EBUSY || i >= 3000)
             return -1;
         usleep(5000);
     }
