@@ -207,10 +207,24 @@ static void drop_snapshots(sbx_mgr_t *m, const char *tpl_id, const char *keep)
     }
 }
 
+/*
+ * With user namespaces, each sandbox must get a range of its own, and a restore keeps the
+ * range it was dumped with: sandboxes restored from one warm snapshot would share one range
+ * across the owners that claim them. So the pool starts each from the image instead, and
+ * waits until it serves, as make_snapshot does (more CPU per fill, in the background; a claim
+ * is as fast: the sandbox runs already).
+ */
+static bool fills_from_image(sbx_mgr_t *m)
+{
+    return sbx_userns_for(m, runtime_find(m->cfg.runtime));
+}
+
 /* Remove warm snapshots whose template is gone or keeps no pool (live: template id → the
- * pool size wanted), unless one of its sandboxes is being made. */
+ * pool size wanted), unless one of its sandboxes is being made; all of them when the pool fills
+ * from images (one a run without user namespaces made). */
 static void gc_snapshots(sbx_mgr_t *m, json_t *live)
 {
+    bool from_image = fills_from_image(m);
     json_t *arr _cleanup_json_ = NULL;
     if (sbx_snapshot_list(m, &m->pool->owner, &arr, NULL) < 0)
         return;
@@ -225,24 +239,12 @@ static void gc_snapshots(sbx_mgr_t *m, json_t *live)
         pthread_mutex_lock(&m->pool->lock);
         bool busy = json_object_get(m->pool->filling, tpl) != NULL;
         pthread_mutex_unlock(&m->pool->lock);
-        if (!busy && json_integer_value(json_object_get(live, tpl)) <= 0)
+        if (!busy && (from_image || json_integer_value(json_object_get(live, tpl)) <= 0))
             sbx_snapshot_delete(m, &m->pool->owner, name, NULL);
     }
 }
 
 /* ---- filling ---- */
-
-/*
- * With user namespaces, each sandbox must get a range of its own, and a restore keeps the
- * range it was dumped with: sandboxes restored from one warm snapshot would share one range
- * across the owners that claim them. So the pool starts each from the image instead, and
- * waits until it serves, as make_snapshot does (more CPU per fill, in the background; a claim
- * is as fast: the sandbox runs already).
- */
-static bool fills_from_image(sbx_mgr_t *m)
-{
-    return sbx_userns_for(m, runtime_find(m->cfg.runtime));
-}
 
 /* Start one pooled sandbox of t: restored from its warm snapshot, or from its image. */
 static int fill_one(sbx_mgr_t *m, const template_rec_t *t, err_t *err)
@@ -253,8 +255,7 @@ static int fill_one(sbx_mgr_t *m, const template_rec_t *t, err_t *err)
     char label[96];
     snprintf(label, sizeof(label), "pool:%s:%s", t->id, digest);
     json_t *j _cleanup_json_ = NULL;
-    if (fills_from_image(m)) {
-        drop_snapshots(m, t->id, NULL); /* one a run without user namespaces made */
+    if (fills_from_image(m)) { /* gc_snapshots removes a warm snapshot of an earlier run */
         if (start_from_image(m, t, label, &j, err) < 0)
             return -1;
     } else {
