@@ -33,7 +33,12 @@ def sbx(sbx_daemon):
     c = Sandboxes(sbx_daemon.url, sbx_daemon.admin_token)
     yield c
     c.cleanup()
-COUNTER = ("sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' "
+
+
+# `echo > f` truncates and then writes, and a read in between sees an empty file (a loaded
+# machine, a restored shell scheduled first): the counter renames a whole file into place.
+COUNTER = ("sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; "
+           "mv /tmp/count.new /tmp/count; sleep 0.1; done' "
            ">/dev/null 2>&1 </dev/null &")
 
 
@@ -65,8 +70,14 @@ def host_ids(pid):
 
 
 def counter(sbx, sid):
-    out = sbx.sh(sid, "cat /tmp/count")["stdout"].strip()
-    return int(out or 0)
+    """The counter's value; once it has started, the file is always there and never empty."""
+    r = sbx.sh(sid, "cat /tmp/count")
+    assert r["exit_code"] == 0 and r["stdout"].strip(), r
+    return int(r["stdout"])
+
+
+def counter_started(sbx, sid):
+    return sbx.sh(sid, "cat /tmp/count 2>/dev/null || echo 0")["stdout"].strip() not in ("", "0")
 
 
 def upper(daemon, sid):
@@ -82,7 +93,7 @@ def test_root_in_a_sandbox_is_an_unprivileged_host_uid(sbx, sbx_daemon):
     out = sbx.sh(s["id"], "id -u; cat /proc/self/uid_map /proc/self/gid_map")["stdout"].split()
     assert out == ["0", "0", str(base), str(SIZE), "0", str(base), str(SIZE)], out
     sbx.sh(s["id"], COUNTER)
-    wait_for("the counter", lambda: counter(sbx, s["id"]) > 0)
+    wait_for("the counter", lambda: counter_started(sbx, s["id"]))
     # Outside: every process of the sandbox, the agent included, is the range's uid.
     pids = procs_of(s["id"])
     assert len(pids) >= 2, pids
@@ -145,7 +156,7 @@ def test_fork_hibernate_and_snapshot_keep_the_mapping_and_processes(sbx, sbx_dae
     s = sbx.create()
     base = s["user_namespace"]["host_id"]
     sbx.sh(s["id"], COUNTER)
-    wait_for("the counter", lambda: counter(sbx, s["id"]) > 0)
+    wait_for("the counter", lambda: counter_started(sbx, s["id"]))
     # fork: the child keeps the parent's range (CRIU restores the mapping it dumped)
     r = sbx.post(f"/sandboxes/{s['id']}/fork", json={}, timeout=120)
     assert r.status_code == 200, r.text
