@@ -9,7 +9,8 @@
  * moment later on a thread of their own (until then it reaches no other sandbox: each pooled
  * sandbox has an owner mark of its own). This thread restores a new one behind it, a second
  * after the last claim, so that the caller's first commands do not share the CPU with a
- * restore.
+ * restore. A pooled sandbox whose container ended while it waited is deleted (by the next
+ * round, or by the claim that finds it), never handed out.
  *
  * Pooled sandboxes and warm snapshots belong to a hidden user ".pool" (no API user can have a
  * name starting with '.'), so nobody sees them before they are handed over. Their label
@@ -90,6 +91,53 @@ static struct pool_entry *take(struct sbx_pool *p, const char *tpl, const char *
             *pp = e->next;
             return e;
         }
+    }
+    return NULL;
+}
+
+/* Take the entry of sandbox id, if it is still in the pool. */
+static struct pool_entry *take_id(struct sbx_pool *p, const char *id)
+{
+    for (struct pool_entry **pp = &p->ready; *pp; pp = &(*pp)->next) {
+        struct pool_entry *e = *pp;
+        if (strcmp(e->id, id) == 0) {
+            *pp = e->next;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* Whether a pooled sandbox still runs: while it waits its container can end (a crash, the
+ * OOM killer, a kill from the host), and an ended one is no warm sandbox to hand out. */
+static bool still_running(sbx_mgr_t *m, const char *id)
+{
+    sandbox_rec_t r;
+    if (store_sandbox_get(m->store, m->pool->owner.id, id, &r, NULL) < 0)
+        return false;
+    bool up = r.status == SBX_RUNNING;
+    store_sandbox_rec_clear(&r);
+    return up;
+}
+
+/* Take the first entry whose sandbox no longer runs (the store is asked without the lock). */
+static struct pool_entry *take_stopped(sbx_mgr_t *m)
+{
+    struct sbx_pool *p = m->pool;
+    char ids[POOL_TOTAL_MAX][65];
+    size_t n = 0;
+    pthread_mutex_lock(&p->lock);
+    for (struct pool_entry *e = p->ready; e && n < POOL_TOTAL_MAX; e = e->next)
+        snprintf(ids[n++], sizeof(ids[0]), "%s", e->id);
+    pthread_mutex_unlock(&p->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (still_running(m, ids[i]))
+            continue;
+        pthread_mutex_lock(&p->lock);
+        struct pool_entry *e = take_id(p, ids[i]);
+        pthread_mutex_unlock(&p->lock);
+        if (e)
+            return e;
     }
     return NULL;
 }
@@ -326,13 +374,15 @@ static bool round_once(sbx_mgr_t *m)
         if (!todo && have < (size_t)want && total < POOL_TOTAL_MAX && may_fill(p, t))
             todo = t;
     }
-    /* entries of templates that are gone */
+    /* entries of templates that are gone, then those whose sandbox stopped */
     pthread_mutex_lock(&p->lock);
     struct pool_entry *orphan = NULL;
     for (struct pool_entry *e = p->ready; e && !orphan; e = e->next)
         if (!json_object_get(live, e->tpl))
             orphan = take(p, e->tpl, NULL, true);
     pthread_mutex_unlock(&p->lock);
+    if (!orphan && (orphan = take_stopped(m)))
+        log_warn("pool.stopped", "sandbox=%s msg=\"it stopped while pooled: deleted\"", orphan->id);
     if (orphan) {
         delete_quietly(m, orphan->id);
         free(orphan);
@@ -595,13 +645,21 @@ int sbx_pool_claim(sbx_mgr_t *m, const user_t *owner, const template_rec_t *t,
         return 1;
     char digest[16];
     short_digest(t, digest);
-    pthread_mutex_lock(&p->lock);
-    struct pool_entry *e = take(p, t->id, digest, true);
-    p->last_claim = now_mono_ms();
-    pthread_mutex_unlock(&p->lock);
+    struct pool_entry *e;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        e = take(p, t->id, digest, true);
+        p->last_claim = now_mono_ms();
+        pthread_mutex_unlock(&p->lock);
+        if (!e || still_running(m, e->id))
+            break;
+        log_warn("pool.stopped", "sandbox=%s msg=\"it stopped while pooled: deleted\"", e->id);
+        delete_quietly(m, e->id);
+        free(e);
+    }
+    sbx_pool_kick(m);
     if (!e)
         return 1;
-    sbx_pool_kick(m);
     err_t err = {0};
     double t0 = now_mono_ms();
     int rc = hand_over(m, owner, t, q, e->id, &err);

@@ -337,6 +337,36 @@ def test_a_warm_pool_hands_out_running_sandboxes_and_refills(tpl, tpl_daemon):
     wait_for(lambda: pool_of(tpl, "base")["ready"] == 0, 120, what="the pool to drain")
 
 
+def test_a_pooled_sandbox_that_stopped_is_not_handed_out(tpl, tpl_daemon):
+    """Its container can end while it waits (a crash, the OOM killer, a kill from the host):
+    the pool deletes it and makes another, and a create gets a running sandbox."""
+    root = os.path.join(tpl_daemon.state_dir, "runc")
+    before = runc_ids(tpl_daemon)
+    try:
+        assert tpl.http.patch("/templates/base", json={"pool": 1}).status_code == 200
+        wait_for(lambda: pool_of(tpl, "base")["ready"] == 1, 180, what="the pool to fill")
+        pooled = runc_ids(tpl_daemon) - before
+        assert len(pooled) == 1, pooled
+        dead = pooled.pop()
+        k = subprocess.run(["runc", "--root", root, "kill", dead, "KILL"], capture_output=True,
+                           text=True, timeout=30)
+        assert k.returncode == 0, k.stderr
+        # the pool deletes it (its files go with it) rather than keep it as ready
+        gone = os.path.join(tpl_daemon.state_dir, "sandboxes", dead)
+        wait_for(lambda: not os.path.exists(gone), 60, what="the stopped one to be deleted")
+        wait_for(lambda: pool_of(tpl, "base")["ready"] == 1, 180, what="the pool to refill")
+        r = tpl.http.post("/sandboxes", json={}, timeout=300)
+        assert r.status_code == 200, r.text
+        sb = r.json()
+        tpl.created.append(sb["id"])
+        assert sb["id"] != dead and sb["status"] == "running", sb
+        assert tpl.sh(sb["id"], "echo up")["stdout"] == "up\n"
+        assert tpl.http.get(f"/sandboxes/{dead}").status_code == 404
+    finally:
+        tpl.http.patch("/templates/base", json={"pool": 0})
+    wait_for(lambda: pool_of(tpl, "base")["ready"] == 0, 120, what="the pool to drain")
+
+
 def test_deleting_a_pooled_template_drains_its_pool_and_nothing_leaks(tpl, tpl_daemon):
     for sid in tpl.created:
         tpl.http.delete(f"/sandboxes/{sid}", timeout=60)
