@@ -77,7 +77,7 @@ def counter(sbx, sid):
 
 
 def counter_started(sbx, sid):
-    return sbx.sh(sid, "cat /tmp/count 2>/dev/null || echo 0")["stdout"].strip() not in ("", "0")
+    return sbx.sh(sid, "test -s /tmp/count")["exit_code"] == 0
 
 
 def upper(daemon, sid):
